@@ -1,0 +1,79 @@
+"""blockspec: compose PyTorch transformer language models from declarative TOML specs.
+
+Re-exports only. Names that need torch load on first use, so plugins and
+``blockspec list`` stay cheap to import.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from .context import BuildContext
+from .convert import dump_spec, load_spec, loads_spec, spec_to_dict, structure_spec
+from .errors import (
+    BlockspecError,
+    CheckpointError,
+    ContextLengthError,
+    PluginError,
+    Problem,
+    RegistrationError,
+    SpecError,
+    UnknownComponentError,
+)
+from .hookspecs import API_VERSION, hookimpl, hookspec
+from .plugins import load_registry, make_plugin_manager
+from .registry import Component, Registry
+from .spec import ComponentSpec, ModelConfig, ModelSpec
+
+if TYPE_CHECKING:
+    from .assemble import build
+    from .counting import ParameterCount, count_parameters, estimate_parameters
+    from .modules.transformer import Transformer
+
+_LAZY = {
+    "build": ".assemble",
+    "count_parameters": ".counting",
+    "estimate_parameters": ".counting",
+    "ParameterCount": ".counting",
+    "Transformer": ".modules.transformer",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
+
+
+__all__ = [
+    "API_VERSION",
+    "BlockspecError",
+    "BuildContext",
+    "CheckpointError",
+    "Component",
+    "ComponentSpec",
+    "ContextLengthError",
+    "ModelConfig",
+    "ModelSpec",
+    "ParameterCount",
+    "PluginError",
+    "Problem",
+    "RegistrationError",
+    "Registry",
+    "SpecError",
+    "Transformer",
+    "UnknownComponentError",
+    "build",
+    "count_parameters",
+    "dump_spec",
+    "estimate_parameters",
+    "hookimpl",
+    "hookspec",
+    "load_registry",
+    "load_spec",
+    "loads_spec",
+    "make_plugin_manager",
+    "spec_to_dict",
+    "structure_spec",
+]

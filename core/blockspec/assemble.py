@@ -1,0 +1,107 @@
+"""spec + registry -> Transformer. Registry look-ups happen here, once, never per forward."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+from torch import nn
+
+from .context import BuildContext
+from .errors import Problem, SpecError
+from .modules.blocks import PostNormBlock, PreNormBlock
+from .modules.feed_forward import FeedForward
+from .modules.transformer import Transformer
+from .registry import Component, Registry
+from .spec import ComponentSpec, ModelSpec
+
+INIT_STD = 0.02  # GPT-2's initialisation
+
+
+def build(
+    spec: ModelSpec,
+    *,
+    registry: Registry | None = None,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Transformer:
+    """Assemble the model a spec describes; same seed, same weights."""
+    registry = registry if registry is not None else _default_registry()
+    rng = torch.random.fork_rng(devices=[]) if seed is not None else nullcontext()
+    with rng, torch.device(device or "cpu"):
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = _Assembler(spec, registry).model()
+        if str(device) != "meta":
+            init_weights(model, spec.model.n_layers)
+    return model.to(dtype=dtype) if dtype is not None else model
+
+
+def _default_registry() -> Registry:
+    from .plugins import load_registry
+
+    return load_registry()
+
+
+class _Assembler:
+    """Resolves each component once and wires the modules together."""
+
+    def __init__(self, spec: ModelSpec, registry: Registry) -> None:
+        self.spec = spec
+        self.registry = registry
+        self.provenance: dict[str, Component] = {}
+
+    def model(self) -> Transformer:
+        cfg = self.spec.model
+        embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        ctx = BuildContext(model=cfg, embedding=embedding)
+        model = Transformer(
+            embedding=embedding,
+            positional=self.make(self.spec.positional, ctx, "positional"),
+            blocks=[self.block(i, ctx) for i in range(cfg.n_layers)],
+            final_norm=self.make(self.spec.norm, ctx, "final_norm") if cfg.has_final_norm else nn.Identity(),
+            head=self.make(self.spec.head, ctx, "head"),
+            dropout=cfg.dropout,
+        )
+        model.spec, model.provenance = self.spec, self.provenance
+        return model
+
+    def block(self, index: int, ctx: BuildContext) -> nn.Module:
+        cfg, prefix = self.spec.model, f"blocks.{index}"
+        activation = self.make(self.spec.activation, ctx, f"{prefix}.ffn.act")
+        block_cls = PreNormBlock if cfg.norm_placement == "pre" else PostNormBlock
+        return block_cls(
+            attn=self.make(self.spec.attention, ctx, f"{prefix}.attn"),
+            ffn=FeedForward(d_model=cfg.d_model, d_ff=cfg.d_ff, activation=activation, bias=cfg.bias),
+            norm1=self.make(self.spec.norm, ctx, f"{prefix}.norm1"),
+            norm2=self.make(self.spec.norm, ctx, f"{prefix}.norm2"),
+            dropout=cfg.dropout,
+        )
+
+    def make(self, part: ComponentSpec, ctx: BuildContext, path: str) -> nn.Module:
+        component = self.registry.get(part.kind, part.name, part.distribution)
+        if component is None:
+            raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}.use",
+                                    message=f"{part.kind} {part.use!r} is not available in this registry"))
+        try:
+            module = component.build(part.config, ctx)
+        except (ValueError, TypeError) as error:
+            raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}",
+                                    message=f"{component.qualified_name} cannot be built: {error}")) from error
+        self.provenance[path] = component
+        return module
+
+
+def init_weights(model: Transformer, n_layers: int) -> None:
+    """GPT-2 init: N(0, 0.02) for linears and embeddings, zero biases, residual projections scaled by 1/sqrt(2L)."""
+    residual_std = INIT_STD / math.sqrt(2 * max(n_layers, 1))
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            is_residual = name.endswith(("attn.proj", "ffn.down"))
+            nn.init.normal_(module.weight, std=residual_std if is_residual else INIT_STD)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=INIT_STD)

@@ -1,0 +1,46 @@
+"""The ``blockspec`` command: subcommands in their own modules, errors as lines, never tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import BlockspecError
+from . import check_cmd, list_cmd, show_cmd
+
+COMMANDS = (list_cmd, check_cmd, show_cmd)
+DEBUG_ENV = "BLOCKSPEC_DEBUG"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blockspec",
+        description="Compose PyTorch transformers from TOML specs, out of plugin components.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except BlockspecError as error:
+        for line in str(error).splitlines():
+            print(f"blockspec: error: {line}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("blockspec: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as error:  # last resort: one line, the traceback only on request
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"blockspec: internal error: {type(error).__name__}: {error} "
+              f"(set {DEBUG_ENV}=1 for the traceback, and please report it)", file=sys.stderr)
+        return 1

@@ -1,0 +1,31 @@
+"""`blockspec list`: every registered component with its provider."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..kinds import KINDS
+from .common import print_json, print_table, registry_with_warnings
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("list", help="list registered components")
+    parser.add_argument("--kind", choices=KINDS, help="only components of this kind")
+    parser.add_argument("--json", action="store_true", help="print a JSON array")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = registry_with_warnings()
+    components = [c for c in registry if args.kind in (None, c.kind)]
+    records = [
+        {"kind": c.kind, "name": c.name, "distribution": c.distribution, "version": c.version,
+         "summary": c.summary, "promises": sorted(c.promises)}
+        for c in components
+    ]
+    if args.json:
+        print_json(records)
+        return 0
+    header = ("KIND", "NAME", "DISTRIBUTION", "VERSION", "SUMMARY")
+    print_table(header, [tuple(r[k.lower()] for k in header) for r in records])
+    return 0

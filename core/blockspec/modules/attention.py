@@ -1,0 +1,69 @@
+"""Causal self-attention: fused qkv, grouped kv heads, PyTorch's SDPA kernel."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .positional import PositionalEncoding
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head (or grouped-query) causal self-attention; no loop over heads."""
+
+    def __init__(self, *, d_model: int, n_heads: int, n_kv_heads: int, bias: bool, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.split_sizes = (d_model, n_kv_heads * self.head_dim, n_kv_heads * self.head_dim)
+        self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
+        q, k, v = self.project(x, positional, start)
+        bias = positional.score_bias(q.shape[-2], k.shape[-2], start) if positional.biases else None
+        y = self.attend(q, k, v, bias)
+        batch, n_tokens = x.shape[:2]
+        y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
+        return self.proj(y)
+
+    def project(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, N, d) -> q (B, h, N, hs), k and v (B, kv, N, hs), rotated if the encoder rotates."""
+        batch, n_tokens, _ = x.shape
+        q, k, v = self.qkv(x).split(self.split_sizes, dim=-1)
+        q = q.view(batch, n_tokens, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, N, hs)
+        k = k.view(batch, n_tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, kv, N, hs)
+        v = v.view(batch, n_tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, kv, N, hs)
+        if positional.rotates:
+            q, k = positional.rotate(q, k, start)
+        return q, k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """SDPA over (B, h, N, hs); a score bias turns the causal flag into an explicit mask."""
+        dropout = self.dropout if self.training else 0.0
+        gqa = self.n_kv_heads != self.n_heads
+        if bias is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa)
+        mask = bias.to(q.dtype) + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa)
+
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention probabilities (B, h, N, N) that ``attend`` uses, made explicit for tracing."""
+        if self.n_kv_heads != self.n_heads:
+            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, h, N, hs)
+        scores = q @ k.transpose(-2, -1) / self.head_dim**0.5  # (B, h, N, N)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        return scores.softmax(dim=-1)
+
+
+def causal_mask(n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(n_q, n_k) additive mask: 0 where query i may see key j (j <= i + n_k - n_q), -inf elsewhere."""
+    allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril(diagonal=n_k - n_q)
+    return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))

@@ -1,0 +1,34 @@
+"""Transformer blocks: attention then FFN, each wrapped in a residual connection and a norm."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .positional import PositionalEncoding
+
+
+class PreNormBlock(nn.Module):
+    """GPT-2 style: x + f(norm(x)); the residual stream itself is never normalised."""
+
+    def __init__(self, *, attn: nn.Module, ffn: nn.Module, norm1: nn.Module, norm2: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2, self.ffn = norm1, attn, norm2, ffn
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), positional, start))
+        return x + self.drop(self.ffn(self.norm2(x)))
+
+
+class PostNormBlock(nn.Module):
+    """The 2017 paper: norm(x + f(x)) after each sublayer ("add & norm")."""
+
+    def __init__(self, *, attn: nn.Module, ffn: nn.Module, norm1: nn.Module, norm2: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.attn, self.norm1, self.ffn, self.norm2 = attn, norm1, ffn, norm2
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
+        x = self.norm1(x + self.drop(self.attn(x, positional, start)))
+        return self.norm2(x + self.drop(self.ffn(x)))

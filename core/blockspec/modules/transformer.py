@@ -1,0 +1,48 @@
+"""The assembled model: embedding, positions, L blocks, final norm, head."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from .positional import PositionalEncoding
+
+if TYPE_CHECKING:
+    from ..spec import ModelSpec
+
+
+class Transformer(nn.Module):
+    """Token ids (B, N) -> head output; every tensor in between is (B, N, d_model)."""
+
+    def __init__(
+        self,
+        *,
+        embedding: nn.Embedding,
+        positional: PositionalEncoding,
+        blocks: list[nn.Module],
+        final_norm: nn.Module,
+        head: nn.Module,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.positional = positional
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = final_norm
+        self.head = head
+        self.spec: ModelSpec | None = None  # set by the assembler
+        self.provenance: dict[str, Any] = {}  # module path -> registry Component
+
+    def forward(self, ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
+        """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output."""
+        self.positional.check_length(start + ids.shape[-1])
+        x = self.embedding(ids)  # (B, N, d)
+        if self.positional.adds:
+            x = self.positional.embed(x, start)
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x, self.positional, start)
+        return self.head(self.final_norm(x))

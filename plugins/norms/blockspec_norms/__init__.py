@@ -1,0 +1,46 @@
+"""blockspec-norms: LayerNorm and RMSNorm, on PyTorch's fused kernels."""
+
+from __future__ import annotations
+
+from attrs import field, frozen
+
+from blockspec import BuildContext, hookimpl
+from blockspec.validators import greater_than
+
+BLOCKSPEC_API = 1
+
+
+@frozen(kw_only=True)
+class LayerNormConfig:
+    """LayerNorm: centre and scale each token to mean 0, variance 1, then γ and β."""
+
+    eps: float = field(default=1e-5, validator=greater_than(0.0))
+    elementwise_affine: bool = True
+    bias: bool = True
+
+
+@frozen(kw_only=True)
+class RMSNormConfig:
+    """RMSNorm: divide each token by its root mean square, then γ (no centring)."""
+
+    eps: float = field(default=1e-5, validator=greater_than(0.0))
+
+
+def build_layernorm(config: LayerNormConfig, ctx: BuildContext):
+    from torch import nn
+
+    return nn.LayerNorm(ctx.model.d_model, eps=config.eps,
+                        elementwise_affine=config.elementwise_affine, bias=config.bias)
+
+
+def build_rmsnorm(config: RMSNormConfig, ctx: BuildContext):
+    from torch import nn
+
+    return nn.RMSNorm(ctx.model.d_model, eps=config.eps)
+
+
+@hookimpl
+def blockspec_register(register) -> None:
+    register("norm", "layernorm", LayerNormConfig, build_layernorm,
+             promises=("scale_invariant", "shift_invariant"))
+    register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant",))

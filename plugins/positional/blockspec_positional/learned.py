@@ -1,0 +1,26 @@
+"""A learned absolute position table (GPT-2)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from blockspec.modules.positional import PositionalEncoding
+
+
+class LearnedPositions(PositionalEncoding):
+    """Row p of a (context_length, d) table is added to the token at position p."""
+
+    adds = True
+
+    def __init__(self, context_length: int, d_model: int) -> None:
+        super().__init__(max_positions=context_length)
+        self.table = nn.Embedding(context_length, d_model)
+
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        return x + self.table.weight[start : start + x.shape[-2]]  # (B, N, d) + (N, d)
+
+    def encodings(self, n_positions: int, start: int = 0) -> torch.Tensor:
+        """The (N, d) vectors added at positions start..start+N-1."""
+        self.check_length(start + n_positions)
+        return self.table.weight[start : start + n_positions]
