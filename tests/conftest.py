@@ -1,0 +1,42 @@
+"""Shared fixtures and hypothesis profiles.
+
+Profiles (HYPOTHESIS_PROFILE=...): "dev" (default, fast), "ci" (what .ci/run uses),
+"thorough" (opt-in, nightly: many more examples).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import blockspec
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "examples" / "specs"
+
+settings.register_profile("dev", max_examples=20, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=40, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def registry() -> blockspec.Registry:
+    """The installed plugins, loaded once."""
+    return blockspec.load_registry()
+
+
+@pytest.fixture
+def example_spec(registry):
+    """Load an example spec by its stem: example_spec("gpt2-small")."""
+
+    def load(stem: str) -> blockspec.ModelSpec:
+        return blockspec.load_spec(SPECS / f"{stem}.toml", registry)
+
+    return load
