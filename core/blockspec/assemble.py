@@ -29,14 +29,28 @@ def build(
 ) -> Transformer:
     """Assemble the model a spec describes; same seed, same weights."""
     registry = registry if registry is not None else _default_registry()
+    target = torch.device(device or "cpu")
     rng = torch.random.fork_rng(devices=[]) if seed is not None else nullcontext()
-    with rng, torch.device(device or "cpu"):
+    with rng, _placement(target):
         if seed is not None:
-            torch.manual_seed(seed)
+            _seed(seed, target)
         model = _Assembler(spec, registry).model()
-        if str(device) != "meta":
+        if target.type != "meta":
             init_weights(model, spec.model.n_layers)
     return model.to(dtype=dtype) if dtype is not None else model
+
+
+def _placement(target: torch.device):
+    """A device context only when needed: it intercepts every torch call of the build (slow for small models)."""
+    return nullcontext() if target == torch.get_default_device() else target
+
+
+def _seed(seed: int, target: torch.device) -> None:
+    """Seed the generator the build draws from; torch.manual_seed also visits every accelerator backend."""
+    if target.type in ("cpu", "meta"):
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
 
 
 def _default_registry() -> Registry:

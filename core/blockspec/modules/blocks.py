@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .dropout import dropped
 from .positional import PositionalEncoding
 
 
@@ -17,8 +18,8 @@ class PreNormBlock(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), positional, start))
-        return x + self.drop(self.ffn(self.norm2(x)))
+        x = x + dropped(self.drop, self.attn(self.norm1(x), positional, start))
+        return x + dropped(self.drop, self.ffn(self.norm2(x)))
 
 
 class PostNormBlock(nn.Module):
@@ -30,5 +31,5 @@ class PostNormBlock(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = self.norm1(x + self.drop(self.attn(x, positional, start)))
-        return self.norm2(x + self.drop(self.ffn(x)))
+        x = self.norm1(x + dropped(self.drop, self.attn(x, positional, start)))
+        return self.norm2(x + dropped(self.drop, self.ffn(x)))

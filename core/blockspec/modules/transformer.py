@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from .dropout import dropped
 from .positional import PositionalEncoding
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class Transformer(nn.Module):
         x = self.embedding(ids)  # (B, N, d)
         if self.positional.adds:
             x = self.positional.embed(x, start)
-        x = self.drop(x)
+        x = dropped(self.drop, x)
         for block in self.blocks:
             x = block(x, self.positional, start)
         return self.head(self.final_norm(x))

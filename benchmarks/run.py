@@ -1,0 +1,99 @@
+"""Measure blockspec against a hand-written model and Hugging Face, side by side in one run.
+
+    python benchmarks/run.py --out benchmarks/results
+
+writes results.json and results.md there and prints the table. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run as a script: the repository root holds the benchmarks package
+
+import torch  # noqa: E402
+
+import blockspec  # noqa: E402
+from benchmarks import cases, compiled, generation, graph_breaks, memory, registry_costs, report, speed  # noqa: E402
+
+SECTIONS = ("speed", "build", "memory", "compile", "graph_breaks", "generation", "registry")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="folder for results.json and results.md")
+    parser.add_argument("--cases", nargs="*", help=f"subset of {[c.name for c in cases.CASES]}")
+    parser.add_argument("--sections", nargs="*", choices=SECTIONS, help="subset of the measurements")
+    parser.add_argument("--rounds", type=float, default=1.0, help="scale every case's number of rounds")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    return parser.parse_args(argv)
+
+
+def machine(threads: int, rounds: int) -> dict[str, object]:
+    matmul = speed.matmul_gflops(rounds)
+    return {
+        "torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+        "torch_threads": threads, "matmul_2048_gflops": speed.matmul_flops() / matmul.median / 1e9,
+        "matmul_2048": matmul.as_dict(), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+
+
+def per_case(case: cases.Case, sections: set[str], registry: blockspec.Registry, scale: float,
+             threads: int, log) -> dict[str, object]:
+    rounds = max(3, round(case.rounds * scale))
+    result: dict[str, object] = {"batch": case.batch, "tokens": case.tokens, "rounds": rounds}
+    steps = {
+        "speed": lambda: speed.compare(case, registry, rounds),
+        "build": lambda: speed.build_times(case, registry, max(3, rounds // 2)),
+        "memory": lambda: {name: memory.measure(case.name, name, threads) for name in ("blockspec", "reference", "hf")},
+        "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
+        "generation": lambda: generation.compare(case, registry, max(3, rounds // 3)),
+    }
+    for name, step in steps.items():
+        if name in sections:
+            log(f"{case.name}: {name}")
+            result[name] = step()
+    return result
+
+
+def run(argv: list[str] | None = None) -> dict[str, object]:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    sections = set(args.sections or SECTIONS)
+    registry = blockspec.load_registry()
+    log = lambda message: print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)  # noqa: E731
+    results: dict[str, object] = {"machine": machine(threads, max(3, round(10 * args.rounds)))}
+    results["cases"] = {c.name: per_case(c, sections, registry, args.rounds, threads, log)
+                        for c in cases.by_name(args.cases)}
+    if "graph_breaks" in sections:
+        log("graph breaks")
+        results["graph_breaks"] = [graph_breaks.check_combo(c, registry, training=t)
+                                   for c in graph_breaks.first_party_combos(registry) for t in (False, True)]
+    if "registry" in sections:
+        log("registry costs")
+        results["registry"] = {"discovery": registry_costs.discovery(5), "list": registry_costs.cli_list(5),
+                               "meta_count_70b": registry_costs.meta_count(cases.SEVENTY_B, 5)}
+    results["machine"]["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    results["machine"]["matmul_2048_gflops_end"] = speed.matmul_flops() / speed.matmul_gflops(5).median / 1e9
+    write(results, args.out)
+    return results
+
+
+def write(results: dict[str, object], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    table = report.markdown(results)
+    (out / "results.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    run()
