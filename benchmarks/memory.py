@@ -12,7 +12,10 @@ statistics, so each (case, model) runs in its own subprocess:
 
 peak - baseline is what the step itself needed: activations kept for backward,
 gradients, and the transient buffers of the largest kernel. The parameters are
-in the baseline, and are the same for every peer of a case.
+in the baseline, and are the same for every peer of a case. Heap noise moves
+this by a few percent at the tiny size, so the runner repeats it and keeps the
+median. A second, exact figure comes along: the bytes autograd saves for
+backward (unique storages that are not parameters), from saved_tensors_hooks.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MMAP_THRESHOLD = str(64 * 1024)
+CONTENDERS = ("blockspec", "reference", "hf")
 
 
 def _status_kib(field: str) -> int:
@@ -51,6 +55,24 @@ def _step_peak_bytes(step) -> int:
     return (_status_kib("VmHWM") - baseline) * 1024
 
 
+def _saved_bytes(model, forward) -> int:
+    """Bytes of the distinct non-parameter storages autograd keeps for backward during ``forward()``."""
+    import torch
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(saved.values())
+
+
 def _worker(case_name: str, contender: str) -> dict[str, int]:
     import torch
 
@@ -60,23 +82,40 @@ def _worker(case_name: str, contender: str) -> dict[str, int]:
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", torch.get_num_threads())))
     (case,) = by_name([case_name])
-    models = make_contenders(case, blockspec.load_registry(), only=contender)
-    model, run = models[contender]
-    ids = torch.randint(0, case.spec(blockspec.load_registry()).model.vocab_size, (case.batch, case.tokens))
+    registry = blockspec.load_registry()
+    model, run = make_contenders(case, registry, only=contender)[contender]
+    ids = torch.randint(0, case.spec(registry).model.vocab_size, (case.batch, case.tokens))
     model.train()
+
+    def loss() -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(run(model, ids).flatten(0, 1), ids.flatten())
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
-        logits = run(model, ids)
-        torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+        loss().backward()
 
     peak = _step_peak_bytes(step)
     model.zero_grad(set_to_none=True)
-    return {"peak_bytes": peak}
+    return {"peak_bytes": peak, "saved_for_backward_bytes": _saved_bytes(model, loss)}
 
 
-def measure(case_name: str, contender: str, threads: int) -> int:
-    """Peak training-step bytes of one contender, from a fresh Python process."""
+def compare(case_name: str, threads: int, repeats: int = 3) -> dict[str, dict[str, int]]:
+    """Every contender of a case, their fresh processes interleaved."""
+    runs: dict[str, list[dict[str, int]]] = {name: [] for name in CONTENDERS}
+    for _ in range(repeats):
+        for name in CONTENDERS:
+            runs[name].append(_measure_once(case_name, name, threads))
+    return {name: _median_run(found) for name, found in runs.items()}
+
+
+def _median_run(runs: list[dict[str, int]]) -> dict[str, int]:
+    peaks = sorted(r["peak_bytes"] for r in runs)
+    return {"peak_bytes": peaks[len(peaks) // 2], "peak_bytes_all": peaks,
+            "saved_for_backward_bytes": runs[0]["saved_for_backward_bytes"]}
+
+
+def _measure_once(case_name: str, contender: str, threads: int) -> dict[str, int]:
+    """One fresh Python process."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD, "BENCH_THREADS": str(threads)}
     done = subprocess.run(
         [sys.executable, str(Path(__file__)), case_name, contender],
@@ -84,7 +123,7 @@ def measure(case_name: str, contender: str, threads: int) -> int:
     )
     if done.returncode != 0:
         raise RuntimeError(f"memory worker for {case_name}/{contender} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["peak_bytes"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -40,10 +40,14 @@ def speed_rows(name: str, data: dict[str, object]) -> list[str]:
         if "load_spec" in section:
             rows.append(f"| {name} | reading the spec file (ms) | {_ms(section['load_spec'])} | | | | |")
     if "memory" in data:
-        mem = data["memory"]
-        cells = [f"{mem[c] / 2**20:.1f}" for c in ("blockspec", "reference", "hf")]
-        verdicts = [_verdict(mem["blockspec"] / mem[p], _target("memory", p, name)) for p in ("reference", "hf")]
-        rows.append(f"| {name} | peak training-step memory (MiB) | {' | '.join(cells)} | {' | '.join(verdicts)} |")
+        mem = {c: data["memory"][c]["peak_bytes"] for c in ("blockspec", "reference", "hf")}
+        saved = {c: data["memory"][c]["saved_for_backward_bytes"] for c in ("blockspec", "reference", "hf")}
+        for label, values, target in (("peak training-step memory", mem, "memory"),
+                                      ("saved for backward", saved, None)):
+            cells = [f"{values[c] / 2**20:.1f}" for c in ("blockspec", "reference", "hf")]
+            verdicts = [_verdict(values["blockspec"] / values[p], target and _target(target, p, name))
+                        for p in ("reference", "hf")]
+            rows.append(f"| {name} | {label} (MiB) | {' | '.join(cells)} | {' | '.join(verdicts)} |")
     return rows
 
 

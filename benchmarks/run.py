@@ -51,7 +51,7 @@ def per_case(case: cases.Case, sections: set[str], registry: blockspec.Registry,
     steps = {
         "speed": lambda: speed.compare(case, registry, rounds),
         "build": lambda: speed.build_times(case, registry, max(3, rounds // 2)),
-        "memory": lambda: {name: memory.measure(case.name, name, threads) for name in ("blockspec", "reference", "hf")},
+        "memory": lambda: memory.compare(case.name, threads),
         "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
         "generation": lambda: generation.compare(case, registry, max(3, rounds // 3)),
     }

@@ -14,13 +14,34 @@ def rotary_angles(n_positions: int, head_dim: int, *, base: float = 10000.0, sta
     return positions[:, None] * theta[None, :]
 
 
+def full_width(per_pair: torch.Tensor, layout: str) -> torch.Tensor:
+    """(N, hs/2) values, one per feature pair -> (N, hs), one per feature, in the layout's pairing."""
+    if layout == "half":  # pair i = features (i, i + hs/2), Hugging Face's rotate_half layout
+        return torch.cat((per_pair, per_pair), dim=-1)  # (N, hs)
+    return per_pair.repeat_interleave(2, dim=-1)  # pair i = features (2i, 2i+1): (N, hs)
+
+
+def quarter_turn(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """Each feature pair (a, b) of x (..., N, hs) -> (-b, a): what the sine term multiplies."""
+    if layout == "half":
+        x1, x2 = x.chunk(2, dim=-1)  # (..., N, hs/2) each
+        return torch.cat((-x2, x1), dim=-1)  # (..., N, hs)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., N, hs/2) each
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)  # (..., N, hs)
+
+
+def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """x (..., N, hs) turned by full-width cos/sin (N, hs).
+
+    x·cos leads, so the result keeps x's memory layout: q and k arrive as transposed
+    views of the qkv projection, and SDPA's output then goes back to (B, N, d) without a copy.
+    """
+    return x * cos + quarter_turn(x, layout) * sin
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """Turn each feature pair of x (..., N, hs) by the angles whose cos/sin are (N, hs/2)."""
-    if layout == "half":  # pair i = features (i, i + hs/2), Hugging Face's rotate_half layout
-        x1, x2 = x.chunk(2, dim=-1)  # (..., N, hs/2) each
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    x1, x2 = x[..., 0::2], x[..., 1::2]  # pair i = features (2i, 2i+1): (..., N, hs/2) each
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)  # (..., N, hs)
+    return turn(x, full_width(cos, layout), full_width(sin, layout), layout)
 
 
 class RotaryPositions(PositionalEncoding):
@@ -31,20 +52,30 @@ class RotaryPositions(PositionalEncoding):
     def __init__(self, head_dim: int, context_length: int, *, base: float = 10000.0, layout: str = "half") -> None:
         super().__init__(max_positions=None)
         self.head_dim, self.base, self.layout = head_dim, base, layout
-        angles = rotary_angles(context_length, head_dim, base=base)
-        self.register_buffer("cos_table", angles.cos().to(torch.float32), persistent=False)
-        self.register_buffer("sin_table", angles.sin().to(torch.float32), persistent=False)
+        cos, sin = self._full_tables(context_length)
+        self.register_buffer("cos_full", cos, persistent=False)  # (context_length, hs)
+        self.register_buffer("sin_full", sin, persistent=False)  # (context_length, hs)
+
+    def _full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 cos and sin (N, hs), computed in float64."""
+        angles = full_width(rotary_angles(n_positions, self.head_dim, base=self.base, start=start), self.layout)
+        return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.tables(q.shape[-2], start)
+        cos, sin = self.full_tables(q.shape[-2], start)
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-        return rotate(q, cos, sin, self.layout), rotate(k, cos, sin, self.layout)
+        return turn(q, cos, sin, self.layout), turn(k, cos, sin, self.layout)
+
+    def full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin (N, hs) for positions start..start+N-1; past the cached table, computed on demand."""
+        end = start + n_positions
+        if end <= self.cos_full.shape[0]:
+            return self.cos_full[start:end], self.sin_full[start:end]
+        cos, sin = self._full_tables(n_positions, start)
+        return cos.to(self.cos_full.device), sin.to(self.sin_full.device)
 
     def tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (N, hs/2) for positions start..start+N-1."""
-        end = start + n_positions
-        if end <= self.cos_table.shape[0]:
-            return self.cos_table[start:end], self.sin_table[start:end]
-        angles = rotary_angles(n_positions, self.head_dim, base=self.base, start=start)
-        device = self.cos_table.device
-        return angles.cos().to(device, torch.float32), angles.sin().to(device, torch.float32)
+        """cos and sin (N, hs/2), one per feature pair, for positions start..start+N-1."""
+        cos, sin = self.full_tables(n_positions, start)
+        pairs = slice(0, self.head_dim // 2) if self.layout == "half" else slice(0, None, 2)
+        return cos[:, pairs], sin[:, pairs]
