@@ -282,3 +282,14 @@ def test_bad_inputs_are_clear_errors(registry):
         trace(model, torch.tensor([1, 2, 3]))
     with pytest.raises(blockspec.ContextLengthError, match="positions up to 16"):
         trace(model, ids_of(17))
+
+
+def test_blockspec_trace_is_callable_before_and_after_import(registry):
+    import importlib
+
+    model = small_model(registry)
+    ids = ids_of(2)
+    assert blockspec.trace(model, ids).names()[0] == "tokens"
+    module = importlib.import_module("blockspec.trace")
+    assert blockspec.trace is module and module(model, ids).names() == trace(model, ids).names()
+    assert blockspec.Trace is module.Trace and blockspec.Stage is module.Stage

@@ -237,3 +237,19 @@ def _batched(bias: torch.Tensor, batch: int) -> torch.Tensor:
     """A score bias (h, N, N) or broadcastable -> (B, h, N, N) view, so its shape reads like the others."""
     bias = bias if bias.dim() == 4 else bias.reshape(1, *([1] * (3 - bias.dim())), *bias.shape)  # (1, h, N, N)
     return bias.expand(batch, *bias.shape[1:])  # (B, h, N, N)
+
+
+class _CallableModule(type(fnmatch)):
+    """Lets ``blockspec.trace(model, ids)`` work although ``blockspec.trace`` is also this module's name.
+
+    Python binds a package attribute to its submodule once the submodule is imported, so
+    the function alone could not keep the name; calling the module calls the function.
+    """
+
+    def __call__(self, model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
+        return trace(model, ids, start=start)
+
+
+import sys  # noqa: E402  (only for the line below)
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -137,8 +137,11 @@ def rotation_angles(model: Transformer, n_positions: int) -> torch.Tensor:
 
 
 def plot_overview(plt, trace: Trace, out: Path) -> Path:
-    """The RMS of every stage per token, in stage order: the residual stream's size at a glance."""
-    stages = [s for s in trace.stages if s.tensor.dim() >= 3 and s.tensor.is_floating_point()]
+    """The RMS of every stage per token, in stage order: the residual stream's size at a glance.
+
+    The probabilities are left out: a distribution over |V|, they would only squash the scale.
+    """
+    stages = [s for s in trace.stages if s.tensor.dim() >= 3 and s.tensor.is_floating_point() and s.name != "probs"]
     rms = torch.stack([_rms_per_token(s.tensor[0]) for s in stages])  # (S, N)
     fig, ax = plt.subplots(figsize=(max(10.0, 0.16 * len(stages) + 3), 6.5))
     for token in range(rms.shape[1]):
