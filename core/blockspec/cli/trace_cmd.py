@@ -60,7 +60,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
         load_weights(model, args.weights)
     model.eval()
     ids, tokenizer = _input_ids(args, spec.model.vocab_size)
-    labels = [_label(tokenizer, i) for i in ids]
+    labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or f"random (seed {args.seed}; pass --weights FILE for trained ones)"
     torch.manual_seed(args.seed)  # dropout is off in eval mode; this only makes any sampling repeatable
     return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
@@ -76,7 +76,8 @@ def _input_ids(args: argparse.Namespace, vocab_size: int):
     return tokenizer.encode(args.text), tokenizer
 
 
-def _label(tokenizer, token_id: int) -> str:
+def label_of(tokenizer, token_id: int) -> str:
+    """A printable spelling of one token id (the id itself without a tokenizer)."""
     if tokenizer is None:
         return str(token_id)
     text = tokenizer.decode([token_id])
@@ -121,7 +122,7 @@ def next_tokens(result, prepared: Prepared, k: int) -> list[dict]:
         return []
     probs = result["probs"].tensor[0, -1]  # (|V|,)
     values, indices = probs.topk(min(k, probs.shape[-1]))
-    return [{"id": int(i), "token": _label(prepared.tokenizer, int(i)), "p": float(v)}
+    return [{"id": int(i), "token": label_of(prepared.tokenizer, int(i)), "p": float(v)}
             for v, i in zip(values, indices)]
 
 
