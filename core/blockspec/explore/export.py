@@ -18,9 +18,11 @@ from ..trace_plots import additive_signal, rotation_angles
 
 MAX_ROWS = 128  # rows of a heatmap (positions)
 MAX_COLS = 128  # columns of a heatmap (features, vocabulary ids)
+MAX_HEAD_VALUES = 4096  # values kept of a per-head stage (q, k, v, ...): fewer features shown per head
 MAX_POSITIONS = 128  # positions in the positional view
 MAX_HANDS = 16  # clock hands in the positional view
-MAX_NORM_TOKENS = 16  # tokens offered in the normalisation view
+MAX_NORM_TOKENS = 8  # tokens offered in the normalisation view
+MAX_NORM_BARS = 64  # features drawn as bars in the normalisation view
 NORM_SCALES = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0)
 TOP_K = 10
 DIGITS = 4  # significant digits kept
@@ -87,7 +89,7 @@ def stage_view(stage: Stage, labels: Sequence[str]) -> dict[str, Any]:
     mats = tensor if tensor.dim() == 3 else tensor[None]  # (H, R, C)
     mats = mats.flatten(0, -3) if mats.dim() > 3 else mats  # (H, R, C) for any leading axes
     rows, row_step = stride_index(mats.shape[1], MAX_ROWS)
-    cols, col_step = stride_index(mats.shape[2], MAX_COLS)
+    cols, col_step = stride_index(mats.shape[2], _column_limit(stage.name, mats.shape[0], len(rows)))
     sampled = mats[:, rows][:, :, cols]  # (H, r, c)
     return {
         "name": stage.name, "shape": list(stage.shape), "op": stage.op, "component": stage.component,
@@ -97,6 +99,13 @@ def stage_view(stage: Stage, labels: Sequence[str]) -> dict[str, Any]:
         "col_axis": column_axis(stage.name), "values": rounded(sampled),
         "note": _sampling_note(mats.shape[1], row_step, mats.shape[2], col_step),
     }
+
+
+def _column_limit(name: str, n_heads: int, n_rows: int) -> int:
+    """Per-head feature stages share a budget; attention weights keep every key (up to MAX_COLS)."""
+    if n_heads == 1 or name.endswith(("weights", "score_bias")):
+        return MAX_COLS
+    return min(MAX_COLS, max(16, MAX_HEAD_VALUES // (n_heads * n_rows)))
 
 
 def _row_axis(name: str) -> str:
@@ -204,7 +213,7 @@ def norm_view(model: Transformer, result: Trace, labels: Sequence[str]) -> dict[
     norm = model.blocks[0].norm1
     source = result.stages[names.index("blocks.0.norm1") - 1]  # the norm's input, as the block passed it
     vectors = source.tensor[0].detach().float()  # (N, d)
-    cols, col_step = stride_index(vectors.shape[-1], MAX_COLS)
+    cols, col_step = stride_index(vectors.shape[-1], MAX_NORM_BARS)
     tokens = [_norm_token(norm, vectors[t], cols) for t in range(min(len(vectors), MAX_NORM_TOKENS))]
     component = model.provenance.get("blocks.0.norm1")
     return {
