@@ -8,6 +8,7 @@ Set BLOCKSPEC_CHROMIUM to use another binary, BLOCKSPEC_SCREENSHOTS=DIR to keep 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ import torch
 
 import blockspec
 from blockspec.cli import main
-from blockspec.explore.export import MAX_COLS, explorer_data, stride_index
+from blockspec.explore.export import MAX_COLS, explorer_data, norm_steps, positional_view, stride_index
 from blockspec.explore.page import render
 from blockspec.trace import trace
 
@@ -54,6 +55,32 @@ def test_exported_stages_match_the_trace(example_spec, registry):
     assert logits["cols"] == list(range(65)) and logits["note"] == ""
     assert data["norm"]["input_stage"] == "positional.embed" and len(data["norm"]["tokens"]) == 5
     assert [t["p"] for t in data["next_token"]] == sorted((t["p"] for t in data["next_token"]), reverse=True)
+
+
+@pytest.mark.parametrize(("layout", "partner"), [("half", 8), ("interleaved", 1)])
+def test_rotary_hands_are_read_off_rotate_for_any_layout(registry, layout, partner):
+    spec = blockspec.structure_spec({
+        "model": {"vocab_size": 11, "context_length": 32, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 8},
+        "positional": {"use": "rope", "layout": layout}, "norm": {"use": "rmsnorm"},
+        "activation": {"use": "relu"}, "head": {"use": "lm"}}, registry)
+    view = positional_view(blockspec.build(spec, registry=registry, seed=0))
+    assert view["kind"] == "rotary" and len(view["hands"]) == 8  # head_dim 16: 8 pairs
+    assert view["hands"][0]["label"] == f"pair 0 (features 0, {partner})"
+    for hand in view["hands"]:
+        angles = torch.tensor(hand["angles"], dtype=torch.float64)
+        turn = torch.remainder(angles[3:] - angles[:-3] + math.pi, 2 * math.pi) - math.pi  # p -> p + 3
+        assert torch.allclose(turn, turn[0].expand_as(turn), atol=2e-3)  # the same at every p
+
+
+def test_norm_steps_end_in_the_modules_own_output():
+    norm = torch.nn.LayerNorm(6, eps=1e-5)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    x = torch.randn(6, generator=torch.Generator().manual_seed(0))
+    steps = dict(norm_steps(norm, x))
+    assert list(steps) == ["input", "centred", "normalised", "output"]
+    assert torch.allclose(steps["normalised"] * norm.weight + norm.bias, steps["output"], atol=1e-5)
+    assert torch.allclose(dict(norm_steps(norm, 7 * x))["normalised"], steps["normalised"], atol=1e-4)
 
 
 def test_page_is_self_contained(tmp_path):
