@@ -18,6 +18,8 @@ overrides ``forward``) becomes one stage for the whole module, called as the mod
 from __future__ import annotations
 
 import fnmatch
+import sys
+import types
 from collections.abc import Iterator
 
 import torch
@@ -239,7 +241,7 @@ def _batched(bias: torch.Tensor, batch: int) -> torch.Tensor:
     return bias.expand(batch, *bias.shape[1:])  # (B, h, N, N)
 
 
-class _CallableModule(type(fnmatch)):
+class _CallableModule(types.ModuleType):
     """Lets ``blockspec.trace(model, ids)`` work although ``blockspec.trace`` is also this module's name.
 
     Python binds a package attribute to its submodule once the submodule is imported, so
@@ -249,7 +251,5 @@ class _CallableModule(type(fnmatch)):
     def __call__(self, model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
         return trace(model, ids, start=start)
 
-
-import sys  # noqa: E402  (only for the line below)
 
 sys.modules[__name__].__class__ = _CallableModule

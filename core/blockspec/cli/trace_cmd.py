@@ -49,8 +49,6 @@ class Prepared:
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
-    import torch
-
     from ..assemble import build
     from ..weights_file import load_weights
 
@@ -62,7 +60,6 @@ def prepare(args: argparse.Namespace) -> Prepared:
     ids, tokenizer = _input_ids(args, spec.model.vocab_size)
     labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or f"random (seed {args.seed}; pass --weights FILE for trained ones)"
-    torch.manual_seed(args.seed)  # dropout is off in eval mode; this only makes any sampling repeatable
     return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
 
 
