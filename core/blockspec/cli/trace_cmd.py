@@ -53,11 +53,11 @@ def prepare(args: argparse.Namespace) -> Prepared:
     from ..weights_file import load_weights
 
     spec = load_spec(args.spec, registry_with_warnings())
+    ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
     model = build(spec, seed=args.seed)
     if args.weights:
         load_weights(model, args.weights)
     model.eval()
-    ids, tokenizer = _input_ids(args, spec.model.vocab_size)
     labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or f"random (seed {args.seed}; pass --weights FILE for trained ones)"
     return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
