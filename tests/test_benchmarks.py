@@ -1,0 +1,65 @@
+"""The benchmark compares like with like: its peers compute the same function as the blockspec model."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import torch
+
+import blockspec
+from benchmarks import report
+from benchmarks.cases import CASES, Case
+from benchmarks.peers import build_hf, build_reference
+from benchmarks.timing import Timing, interleave, paired_ratio
+
+
+def shrunk(case: Case, registry: blockspec.Registry) -> blockspec.ModelSpec:
+    """The case's architecture at a test-sized width, depth and vocabulary."""
+    spec = case.spec(registry)
+    kv_heads = None if spec.model.n_kv_heads is None else 2  # keep GQA where the case has it
+    small = attrs.evolve(spec.model, vocab_size=101, d_model=32, n_layers=2, n_heads=4, n_kv_heads=kv_heads, d_ff=48)
+    return attrs.evolve(spec, model=small)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_reference_is_the_same_function_on_the_same_weights(registry, case):
+    spec = shrunk(case, registry)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    reference = build_reference(spec, model).eval()
+    ids = torch.randint(0, 101, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(reference(ids), model(ids), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_hugging_face_peer_is_the_same_function_on_the_same_weights(registry, case):
+    pytest.importorskip("transformers")
+    spec = shrunk(case, registry)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    hf = build_hf(spec, case.hf_family, model)
+    ids = torch.randint(0, 101, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids, use_cache=False).logits, model(ids), atol=1e-5, rtol=1e-4)
+
+
+def test_interleave_measures_every_contender_every_round():
+    calls = {"a": 0, "b": 0}
+
+    def bump(name):
+        return lambda: calls.__setitem__(name, calls[name] + 1)
+
+    timings = interleave({"a": bump("a"), "b": bump("b")}, rounds=4, warmup=1, target_s=0.0)
+    assert [len(t.samples) for t in timings.values()] == [4, 4]
+    assert calls == {"a": 6, "b": 6}  # one warm-up, one calibration call, one per round
+    assert paired_ratio(Timing([2.0, 4.0, 6.0]), Timing([1.0, 1.0, 2.0])) == 3.0
+
+
+def test_report_marks_a_missed_target():
+    timing = {"median_s": 1.0, "min_s": 1.0, "max_s": 1.0, "rounds": 1}
+    section = {"timings": {"blockspec": timing, "reference": timing, "hf": timing},
+               "ratios": {"reference": 1.04, "hf": 0.5}, "ratios_paired": {"reference": 1.0, "hf": 0.5},
+               "ratios_min": {"reference": 1.0, "hf": 0.5}}
+    data = {"speed": {"forward": section, "forward_backward": section}}
+    big, tiny = report.speed_rows("gpt2-small", data), report.speed_rows(report.SMALL, data)
+    assert "1.040 MISS (<= 1.02)" in big[0] and "0.500 ok (<= 0.95)" in big[0]
+    assert "1.040 ok (<= 1.05)" in tiny[0] and "0.500 ok (<= 0.80)" in tiny[0]
