@@ -22,7 +22,8 @@ import torch  # noqa: E402
 import blockspec  # noqa: E402
 from benchmarks import cases, compiled, generation, graph_breaks, memory, registry_costs, report, speed  # noqa: E402
 
-SECTIONS = ("speed", "build", "memory", "compile", "graph_breaks", "generation", "registry")
+SECTIONS = ("speed", "memory", "build", "generation", "registry", "graph_breaks", "compile")  # the order they run in
+CASE_SECTIONS = ("speed", "memory", "build", "generation", "compile")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,55 +45,63 @@ def machine(threads: int, rounds: int) -> dict[str, object]:
     }
 
 
-def per_case(case: cases.Case, sections: set[str], registry: blockspec.Registry, scale: float,
-             threads: int, log) -> dict[str, object]:
+def case_steps(case: cases.Case, registry: blockspec.Registry, scale: float, threads: int) -> dict[str, object]:
+    """Each per-case measurement as a callable, by section name."""
     rounds = max(3, round(case.rounds * scale))
-    result: dict[str, object] = {"batch": case.batch, "tokens": case.tokens, "rounds": rounds}
-    steps = {
+    return {
         "speed": lambda: speed.compare(case, registry, rounds),
         "build": lambda: speed.build_times(case, registry, max(3, rounds // 2)),
-        "memory": lambda: memory.compare(case.name, threads),
-        "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
+        "memory": lambda: memory.compare(case.name, threads, case.memory_repeats),
         "generation": lambda: generation.compare(case, registry, max(3, rounds // 3)),
+        "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
     }
-    for name, step in steps.items():
-        if name in sections:
-            log(f"{case.name}: {name}")
-            result[name] = step()
-    return result
+
+
+def global_steps(registry: blockspec.Registry) -> dict[str, object]:
+    """The measurements that are not per case."""
+    return {
+        "graph_breaks": lambda: [graph_breaks.check_combo(c, registry, training=t)
+                                 for c in graph_breaks.first_party_combos(registry) for t in (False, True)],
+        "registry": lambda: {"discovery": registry_costs.discovery(5), "list": registry_costs.cli_list(5),
+                             "meta_count_70b": registry_costs.meta_count(cases.SEVENTY_B, 5)},
+    }
 
 
 def run(argv: list[str] | None = None) -> dict[str, object]:
+    """Section by section (every case of a section before the next), saving after each measurement."""
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
-    sections = set(args.sections or SECTIONS)
-    registry = blockspec.load_registry()
-    log = lambda message: print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)  # noqa: E731
-    results: dict[str, object] = {"machine": machine(threads, max(3, round(10 * args.rounds)))}
-    results["cases"] = {c.name: per_case(c, sections, registry, args.rounds, threads, log)
-                        for c in cases.by_name(args.cases)}
-    if "graph_breaks" in sections:
-        log("graph breaks")
-        results["graph_breaks"] = [graph_breaks.check_combo(c, registry, training=t)
-                                   for c in graph_breaks.first_party_combos(registry) for t in (False, True)]
-    if "registry" in sections:
-        log("registry costs")
-        results["registry"] = {"discovery": registry_costs.discovery(5), "list": registry_costs.cli_list(5),
-                               "meta_count_70b": registry_costs.meta_count(cases.SEVENTY_B, 5)}
+    threads, registry = torch.get_num_threads(), blockspec.load_registry()
+    results: dict[str, object] = {"machine": machine(threads, max(3, round(10 * args.rounds))), "cases": {}}
+    chosen = cases.by_name(args.cases)
+    per_case = {c.name: case_steps(c, registry, args.rounds, threads) for c in chosen}
+    for section in [s for s in SECTIONS if s in set(args.sections or SECTIONS)]:
+        for case in chosen if section in CASE_SECTIONS else [None]:
+            _log(f"{section}{'' if case is None else ': ' + case.name}")
+            if case is None:
+                results[section] = global_steps(registry)[section]()
+            else:
+                entry = results["cases"].setdefault(case.name, {"batch": case.batch, "tokens": case.tokens})
+                entry[section] = per_case[case.name][section]()
+            write(results, args.out, quiet=True)  # partial results survive an interrupted run
     results["machine"]["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     results["machine"]["matmul_2048_gflops_end"] = speed.matmul_flops() / speed.matmul_gflops(5).median / 1e9
     write(results, args.out)
     return results
 
 
-def write(results: dict[str, object], out: Path) -> None:
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def write(results: dict[str, object], out: Path, *, quiet: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     table = report.markdown(results)
     (out / "results.md").write_text(table)
-    print(table)
+    if not quiet:
+        print(table)
 
 
 if __name__ == "__main__":

@@ -42,10 +42,9 @@ def time_call(fn: Callable[[], object], repeat: int) -> float:
     return (time.perf_counter() - begin) / repeat
 
 
-def calls_per_sample(fn: Callable[[], object], target_s: float) -> int:
+def calls_per_sample(seconds_per_call: float, target_s: float) -> int:
     """How many calls make one sample last about ``target_s`` (at least one)."""
-    once = time_call(fn, 1)
-    return max(1, round(target_s / max(once, 1e-6)))
+    return max(1, round(target_s / max(seconds_per_call, 1e-6)))
 
 
 def interleave(
@@ -55,17 +54,28 @@ def interleave(
     warmup: int = 2,
     target_s: float = 0.2,
 ) -> dict[str, Timing]:
-    """Time each contender once per round, rotating the order so none always runs first."""
-    for fn in contenders.values():
-        for _ in range(warmup):
-            fn()
-    repeats = {name: calls_per_sample(fn, target_s) for name, fn in contenders.items()}
+    """Time each contender once per round, rotating the order so none always runs first.
+
+    The last warm-up call also sizes the samples: cheap calls are repeated to last ``target_s``.
+    """
+    repeats = {name: calls_per_sample(_warm(fn, max(warmup, 1)), target_s) for name, fn in contenders.items()}
     timings = {name: Timing() for name in contenders}
     names = list(contenders)
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
             timings[name].samples.append(time_call(contenders[name], repeats[name]))
     return timings
+
+
+def _warm(fn: Callable[[], object], calls: int, budget_s: float = 2.0) -> float:
+    """Up to ``calls`` warm-up calls, fewer when they are long (at least one); seconds of the last one."""
+    spent, last = 0.0, 0.0
+    for _ in range(calls):
+        last = time_call(fn, 1)
+        spent += last
+        if spent > budget_s:
+            break
+    return last
 
 
 def paired_ratio(numerator: Timing, denominator: Timing) -> float:
