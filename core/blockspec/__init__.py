@@ -28,11 +28,14 @@ from .spec import ComponentSpec, ModelConfig, ModelSpec
 
 if TYPE_CHECKING:
     from .assemble import build
+    from .checkpoint import load, save
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.transformer import Transformer
 
 _LAZY = {
     "build": ".assemble",
+    "load": ".checkpoint",
+    "save": ".checkpoint",
     "count_parameters": ".counting",
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
@@ -70,10 +73,12 @@ __all__ = [
     "estimate_parameters",
     "hookimpl",
     "hookspec",
+    "load",
     "load_registry",
     "load_spec",
     "loads_spec",
     "make_plugin_manager",
+    "save",
     "spec_to_dict",
     "structure_spec",
 ]

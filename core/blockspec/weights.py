@@ -1,0 +1,73 @@
+"""A model's tensors as a file holds them: unique storage only, checked name by name on the way in.
+
+A tied head *is* the embedding matrix (one Parameter). safetensors refuses aliased tensors,
+so only the first name of each storage is written; on load the builder has already tied
+them, so filling the first name fills both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+
+from .errors import CheckpointError
+
+
+def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """state_dict without aliases: the first name of each shared tensor is kept."""
+    seen: set[tuple] = set()
+    state = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():  # Parameters themselves: ties stay visible
+        key = _identity(tensor)
+        if key in seen:
+            continue
+        seen.add(key)
+        state[name] = tensor
+    return state  # Parameters and buffers, not copies: writing into them fills the model
+
+
+def _identity(tensor: torch.Tensor) -> tuple:
+    if tensor.device.type == "meta":
+        return (id(tensor),)  # meta tensors have no storage to compare
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+
+
+def owner_of(model: nn.Module, name: str) -> str:
+    """'blocks.0.attn.qkv.weight' -> ' (attention:causal from blockspec)': the component that made it."""
+    provenance = getattr(model, "provenance", {}) or {}
+    module = name
+    while module:
+        module = module.rpartition(".")[0]
+        component = provenance.get(module)
+        if component is not None:
+            return f" ({component.kind}:{component.name} from {component.distribution})"
+    return ""
+
+
+def check_shapes(
+    model: nn.Module, expected: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]], file: str
+) -> None:
+    """Every missing, unexpected and mis-shaped tensor, in one CheckpointError."""
+    lines = [f"{file}: tensor {n!r}{owner_of(model, n)}: missing, expected shape {list(expected[n])}"
+             for n in expected if n not in found]
+    lines += [f"{file}: tensor {n!r}: unexpected (the model has no such parameter or buffer)"
+              for n in found if n not in expected]
+    lines += [f"{file}: tensor {n!r}{owner_of(model, n)}: expected shape {list(expected[n])}, "
+              f"found {list(found[n])}" for n in expected if n in found and tuple(found[n]) != tuple(expected[n])]
+    if lines:
+        raise CheckpointError("\n".join(lines))
+
+
+def fill(model: nn.Module, state: Mapping[str, torch.Tensor], read: Callable[[str], torch.Tensor]) -> None:
+    """Copy each named tensor into the model's own (already shape-checked) tensor, in place."""
+    with torch.no_grad():
+        for name, target in state.items():
+            target.copy_(read(name))
+
+
+def common_float_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
+    """The one floating dtype of a checkpoint's tensors; float32 when they disagree or there is none."""
+    floats = {d for d in dtypes if d.is_floating_point}
+    return floats.pop() if len(floats) == 1 else torch.float32
