@@ -41,7 +41,7 @@ from .modules.transformer import Transformer
 from .registry import Registry
 from .safetensors_file import read_header, read_tensor, write_file
 from .spec import ModelSpec
-from .weights import check_shapes, common_float_dtype, fill, unique_state
+from .weights import check_shapes, common_float_dtype, fill, owner_of, unique_state
 
 SPEC_FILE = "spec.toml"
 WEIGHTS_FILE = "model.safetensors"
@@ -214,7 +214,8 @@ def _load_weights(directory: Path, manifest: Manifest, spec: ModelSpec, registry
 
     dtype = common_float_dtype([torch_dtype(e.dtype) for e in header.entries.values()])
     model = build(spec, registry=registry, device="meta")
-    check_shapes(model, {n: tuple(t.shape) for n, t in unique_state(model).items()}, header.shapes(), str(path))
+    expected = {n: tuple(t.shape) for n, t in unique_state(model).items()}
+    check_shapes(expected, header.shapes(), str(path), lambda name: owner_of(model, name))
     model = build(spec, registry=registry, dtype=dtype)
     with open(path, "rb") as handle:
         fill(model, unique_state(model), lambda name: read_tensor(header, name, handle))

@@ -47,15 +47,21 @@ def owner_of(model: nn.Module, name: str) -> str:
 
 
 def check_shapes(
-    model: nn.Module, expected: Mapping[str, tuple[int, ...]], found: Mapping[str, tuple[int, ...]], file: str
+    expected: Mapping[str, tuple[int, ...]],
+    found: Mapping[str, tuple[int, ...]],
+    file: str,
+    describe: Callable[[str], str] = lambda name: "",
 ) -> None:
-    """Every missing, unexpected and mis-shaped tensor, in one CheckpointError."""
-    lines = [f"{file}: tensor {n!r}{owner_of(model, n)}: missing, expected shape {list(expected[n])}"
+    """Every missing, unexpected and mis-shaped tensor, in one CheckpointError.
+
+    ``describe`` adds context to a tensor name: its component, or what it maps to.
+    """
+    lines = [f"{file}: tensor {n!r}{describe(n)}: missing, expected shape {list(expected[n])}"
              for n in expected if n not in found]
     lines += [f"{file}: tensor {n!r}: unexpected (the model has no such parameter or buffer)"
               for n in found if n not in expected]
-    lines += [f"{file}: tensor {n!r}{owner_of(model, n)}: expected shape {list(expected[n])}, "
-              f"found {list(found[n])}" for n in expected if n in found and tuple(found[n]) != tuple(expected[n])]
+    lines += [f"{file}: tensor {n!r}{describe(n)}: expected shape {list(expected[n])}, found {list(found[n])}"
+              for n in expected if n in found and tuple(found[n]) != tuple(expected[n])]
     if lines:
         raise CheckpointError("\n".join(lines))
 
