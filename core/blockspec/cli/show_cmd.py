@@ -6,21 +6,21 @@ import argparse
 
 import attrs
 
-from ..convert import load_spec
+from ..sources import load_spec_or_checkpoint
 from ..summary import ModelSummary, ModuleRow, summarize
 from .common import print_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("show", help="show the assembled model: modules, shapes, parameters")
-    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
-    summary = summarize(load_spec(args.spec, registry), registry)
+    summary = summarize(load_spec_or_checkpoint(args.spec, registry), registry)
     if args.json:
         print_json(_as_json(summary))
     else:
