@@ -164,3 +164,15 @@ def test_pytorch_model_bin_needs_an_explicit_opt_in(tmp_path, registry):
     ids = ids_for(hf_model)
     imported = import_hf(tmp_path, registry=registry, allow_pickle=True)
     assert max_diff(logits(imported, ids), logits(hf_model, ids)) <= TOLERANCE
+
+
+def test_an_interleaved_rope_model_exports_with_permuted_qk(tmp_path, registry):
+    import blockspec
+
+    from .weights_helpers import llama_spec
+
+    model = randomized(blockspec.build(llama_spec(registry, kv=2, layout="interleaved"), registry=registry), seed=4)
+    export_hf(model, tmp_path)
+    hf_model = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    ids = ids_for(hf_model)
+    assert max_diff(logits(hf_model, ids), logits(model, ids)) <= TOLERANCE
