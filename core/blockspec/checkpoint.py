@@ -41,7 +41,7 @@ from .modules.transformer import Transformer
 from .registry import Registry
 from .safetensors_file import read_header, read_tensor, write_file
 from .spec import ModelSpec
-from .weights import check_shapes, common_float_dtype, fill, owner_of, unique_state
+from .weights import check_layer_count, check_shapes, common_float_dtype, fill, owner_of, unique_state
 
 SPEC_FILE = "spec.toml"
 WEIGHTS_FILE = "model.safetensors"
@@ -213,6 +213,7 @@ def _load_weights(directory: Path, manifest: Manifest, spec: ModelSpec, registry
     from .safetensors_file import torch_dtype
 
     dtype = common_float_dtype([torch_dtype(e.dtype) for e in header.entries.values()])
+    check_layer_count(header.entries, r"^blocks\.(\d+)\.", spec.model.n_layers, str(path), str(directory / SPEC_FILE))
     model = build(spec, registry=registry, device="meta")
     expected = {n: tuple(t.shape) for n, t in unique_state(model).items()}
     check_shapes(expected, header.shapes(), str(path), lambda name: owner_of(model, name))

@@ -7,7 +7,8 @@ them, so filling the first name fills both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -77,3 +78,15 @@ def common_float_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
     """The one floating dtype of a checkpoint's tensors; float32 when they disagree or there is none."""
     floats = {d for d in dtypes if d.is_floating_point}
     return floats.pop() if len(floats) == 1 else torch.float32
+
+
+def check_layer_count(names: Iterable[str], pattern: str, n_layers: int, file: str, spec_file: str) -> None:
+    """Refuse a spec with more layers than the file holds, before building anything.
+
+    A hostile spec can ask for a billion layers; the weights file says how many there are,
+    and checking first keeps every load bounded by the size of the file.
+    """
+    found = {int(match.group(1)) for name in names if (match := re.search(pattern, name))}
+    if n_layers > len(found):  # fewer layers, or stray ones, are reported tensor by tensor later
+        held = f"{len(found)} (indices {min(found)}..{max(found)})" if found else "none"
+        raise CheckpointError(f"{spec_file}: n_layers = {n_layers}, but {file} holds the weights of {held} layers")

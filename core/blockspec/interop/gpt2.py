@@ -14,6 +14,8 @@ from .weight_map import Rule, same
 PREFIX = "transformer."
 IGNORED = re.compile(r"(^|\.)h\.\d+\.attn\.(masked_)?bias$")  # causal-mask buffers of old checkpoints
 
+LAYER_INDEX = r"^transformer\.h\.(\d+)\."
+
 
 def rules(spec: ModelSpec) -> list[Rule]:
     cfg = spec.model

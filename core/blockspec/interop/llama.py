@@ -14,6 +14,8 @@ from .weight_map import Rule, same, stacked
 
 IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")  # a buffer older transformers versions saved
 
+LAYER_INDEX = r"^model\.layers\.(\d+)\."
+
 
 def rules(spec: ModelSpec) -> list[Rule]:
     cfg = spec.model
