@@ -17,7 +17,7 @@ from typing import Any
 from attrs import frozen
 
 from .errors import CheckpointError
-from .safetensors_file import SafetensorsHeader, iter_tensor_bytes
+from .safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "blockspec-checkpoint"
@@ -38,7 +38,7 @@ class Manifest:
     """What a checkpoint holds; ``extra`` is the caller's JSON metadata, returned as saved."""
 
     files: dict[str, FileRecord]
-    tensors: dict[str, str]  # tensor name -> sha256 of its raw bytes in the weights file
+    tensors: dict[str, str]  # tensor name -> sha256 of its dtype, shape and raw bytes (tensor_hasher)
     extra: dict[str, Any]
 
     def to_json(self) -> str:
@@ -70,11 +70,17 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def tensor_hasher(entry: TensorEntry) -> Any:
+    """sha256 over a tensor's dtype, shape and raw bytes: a header edit that reinterprets the same
+    bytes (F32 -> I32, a swapped shape) changes the digest as surely as a changed byte."""
+    return hashlib.sha256(f"{entry.dtype} {list(entry.shape)}\n".encode())
+
+
 def tensor_digests(header: SafetensorsHeader) -> dict[str, str]:
-    """sha256 of each tensor's raw bytes, read back from the file as written."""
+    """The digest of each tensor, read back from the file as written."""
     digests: dict[str, Any] = {}
     for name, block in iter_tensor_bytes(header):
-        digests.setdefault(name, hashlib.sha256()).update(block)
+        digests.setdefault(name, tensor_hasher(header.entries[name])).update(block)
     return {name: digest.hexdigest() for name, digest in digests.items()}
 
 
@@ -167,14 +173,21 @@ def verify_file(directory: Path, manifest: Manifest, name: str) -> Path:
     if record is None:
         raise CheckpointError(f"{directory / MANIFEST_FILE}: $.files: no record for {name!r}; "
                               "the checkpoint is incomplete or was not written by blockspec.save")
-    if not path.is_file():
-        raise CheckpointError(f"{path}: listed in the manifest but missing")
-    size = path.stat().st_size
-    if size != record.size:
-        raise CheckpointError(f"{path}: {size} bytes, the manifest records {record.size} (truncated or replaced?)")
+    check_sizes(directory, Manifest(files={name: record}, tensors={}, extra={}))
     if sha256_file(path) != record.sha256:
         raise CheckpointError(f"{path}: sha256 differs from the manifest: the file is corrupt or was modified")
     return path
+
+
+def check_sizes(directory: Path, manifest: Manifest) -> None:
+    """Every listed file present with its recorded size: cheap, catches a truncated extra file early."""
+    for name, record in manifest.files.items():
+        path = directory / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: listed in the manifest but missing")
+        if path.stat().st_size != record.size:
+            raise CheckpointError(f"{path}: {path.stat().st_size} bytes, the manifest records {record.size} "
+                                  "(truncated or replaced?)")
 
 
 def damaged_tensors(header: SafetensorsHeader, expected: Mapping[str, str]) -> list[str]:

@@ -107,7 +107,7 @@ def _entry(path: Path, name: str, value: Any, data_start: int) -> TensorEntry:
     if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data_offsets"}:
         raise fail(path, "expected {dtype, shape, data_offsets} in the header", name)
     dtype, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise fail(path, f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}", name)
     if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
         raise fail(path, f"shape must be a list of non-negative integers, found {shape!r:.80}", name)
@@ -154,15 +154,24 @@ def iter_tensor_bytes(header: SafetensorsHeader, chunk: int = 1 << 20) -> Iterat
                 yield entry.name, block
 
 
-def read_tensor(header: SafetensorsHeader, name: str, handle: Any) -> Any:
-    """One tensor from an open binary ``handle`` on the validated file, as a CPU torch tensor."""
-    import torch
-
+def read_bytes(header: SafetensorsHeader, name: str, handle: Any) -> bytearray:
+    """One tensor's raw bytes from an open binary ``handle`` on the validated file."""
     entry = header.entries[name]
     handle.seek(entry.start)
     data = bytearray(handle.read(entry.end - entry.start))
     if len(data) != entry.end - entry.start:
         raise fail(header.path, "file shrank while it was read", name)
+    return data
+
+
+def read_tensor(header: SafetensorsHeader, name: str, handle: Any) -> Any:
+    """One tensor from an open binary ``handle`` on the validated file, as a CPU torch tensor."""
+    return as_tensor(header.entries[name], read_bytes(header, name, handle))
+
+
+def as_tensor(entry: TensorEntry, data: bytearray) -> Any:
+    import torch
+
     dtype = torch_dtype(entry.dtype)
     if not data:
         return torch.empty(entry.shape, dtype=dtype)

@@ -88,5 +88,18 @@ def check_layer_count(names: Iterable[str], pattern: str, n_layers: int, file: s
     """
     found = {int(match.group(1)) for name in names if (match := re.search(pattern, name))}
     if n_layers > len(found):  # fewer layers, or stray ones, are reported tensor by tensor later
-        held = f"{len(found)} (indices {min(found)}..{max(found)})" if found else "none"
-        raise CheckpointError(f"{spec_file}: n_layers = {n_layers}, but {file} holds the weights of {held} layers")
+        held = f"{len(found)} layers (indices {min(found)}..{max(found)})" if found else "no layers"
+        raise CheckpointError(f"{spec_file}: n_layers = {n_layers}, but {file} holds the weights of {held}")
+
+
+def build_on_meta(spec, registry, file: str) -> nn.Module:
+    """The model a spec describes, without memory, to check a file against; a spec whose sizes
+    cannot even be laid out (a 10^12-wide layer overflows) is the file's fault."""
+    from .assemble import build
+    from .errors import SpecError
+
+    try:
+        return build(spec, registry=registry, device="meta")
+    except (RuntimeError, SpecError, OverflowError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{file}: cannot build the model it describes: {first:.200}") from None

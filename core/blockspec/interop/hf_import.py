@@ -11,7 +11,7 @@ from ..errors import CheckpointError, SpecError
 from ..modules.transformer import Transformer
 from ..registry import Registry
 from ..spec import ModelSpec
-from ..weights import check_layer_count, check_shapes, common_float_dtype, unique_state
+from ..weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
 from . import hf_config
 from .families import FAMILIES
 from .hf_dir import CONFIG, WeightSource, open_weights, read_config
@@ -40,7 +40,7 @@ def import_hf(
     with open_weights(directory, allow_pickle=allow_pickle) as source:
         names = _normalized_names(source, family, spec, directory)
         check_layer_count(names, family.LAYER_INDEX, spec.model.n_layers, str(directory), str(directory / CONFIG))
-        meta_state = unique_state(build(spec, registry=registry, device="meta"))
+        meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
         _check(rules, meta_state, source, names, str(directory))
         model = build(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
         _fill(model, rules, lambda name: source.read(names[name]))
