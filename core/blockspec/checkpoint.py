@@ -15,6 +15,7 @@ ever read from safetensors; nothing here unpickles.
 
 from __future__ import annotations
 
+import json
 import tomllib
 import warnings
 from collections.abc import Mapping
@@ -105,8 +106,6 @@ def _checked_extra_files(extra_files: Mapping[str, bytes] | None) -> dict[str, b
 
 
 def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    import json
-
     try:
         return json.loads(json.dumps(dict(extra or {}), allow_nan=False))
     except (TypeError, ValueError) as error:
@@ -197,8 +196,8 @@ def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> Model
     path = verify_file(directory, manifest, SPEC_FILE)
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise CheckpointError(f"{path}: not a valid spec: {error}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
+        raise CheckpointError(f"{path}: not a valid spec: {type(error).__name__}: {error}") from None
     tables, lock = split_lock(document, str(path))
     check_lock(lock, registry, str(path))
     try:
