@@ -92,3 +92,22 @@ def test_export_of_a_model_hugging_face_cannot_hold_says_why(capsys, tmp_path, r
 def test_errors_are_lines_with_exit_2(capsys, tmp_path, argv):
     code, out, err = run(capsys, *(a.format(tmp=tmp_path) for a in argv))
     assert code == 2 and err.startswith("blockspec: error: ") and "Traceback" not in err
+
+
+def test_sources_load_any_of_spec_checkpoint_and_hugging_face_directory(tmp_path, registry, hf_llama):
+    from blockspec.errors import CheckpointError
+    from blockspec.sources import load_model, load_spec_or_checkpoint
+
+    model, hf_dir = hf_llama
+    checkpoint = blockspec.save(model, tmp_path / "ckpt")
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(blockspec.dump_spec(model.spec))
+    ids = torch.randint(0, 97, (1, 7))
+    with torch.no_grad():
+        for source in (checkpoint, hf_dir):
+            assert torch.allclose(load_model(source, registry)(ids), model(ids), atol=1e-6)
+        assert load_model(spec_file, registry, seed=3).spec == model.spec
+    assert load_spec_or_checkpoint(checkpoint, registry) == model.spec
+    assert load_spec_or_checkpoint(spec_file, registry) == model.spec
+    with pytest.raises(CheckpointError, match="neither a blockspec checkpoint"):
+        load_spec_or_checkpoint(tmp_path, registry)
