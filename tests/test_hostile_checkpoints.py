@@ -80,13 +80,22 @@ def hang_guard(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-def identical(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     sa, sb = a.state_dict(), b.state_dict()
-    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa) and a.spec == b.spec
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def attempt(kind: str, files: dict[str, bytes], registry, original, *, resign: bool = False) -> str:
-    """Load the given files as a checkpoint: 'error' (with its text checked) or 'identical'."""
+def identical(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return same_weights(a, b) and a.spec == b.spec
+
+
+def attempt(kind: str, files: dict[str, bytes], registry, original, *, resign: bool = False,
+            same_spec: bool = True) -> str:
+    """Load the given files as a checkpoint: 'CheckpointError: ...' (its lines checked) or 'loaded'.
+
+    A load that succeeds must give the original weights, and the original spec unless
+    ``same_spec`` is off (a forger who re-signs spec.toml may describe another valid model).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "ckpt"
         directory.mkdir()
@@ -99,7 +108,7 @@ def attempt(kind: str, files: dict[str, bytes], registry, original, *, resign: b
             with hang_guard(HANG_GUARD_S), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model = load(directory, registry=registry)
-            result = "identical"
+            result = "loaded"
         except CheckpointError as error:
             lines = str(error).splitlines()
             assert lines and all(str(directory) in line or line.startswith("  ") for line in lines), lines
@@ -107,7 +116,8 @@ def attempt(kind: str, files: dict[str, bytes], registry, original, *, resign: b
         SLOWEST[kind] = max(SLOWEST.get(kind, 0.0), time.perf_counter() - start)
     STATS.setdefault(kind, Counter())["error" if model is None else "loaded"] += 1
     if model is not None:
-        assert identical(model, original), f"{kind}: a forged checkpoint loaded as a different model"
+        assert same_weights(model, original), f"{kind}: a forged checkpoint loaded with other weights"
+        assert model.spec == original.spec or not same_spec, f"{kind}: a forged checkpoint changed the spec"
     return result
 
 
@@ -259,8 +269,8 @@ def test_edited_specs_with_a_resigned_manifest(pristine, registry, data):
     forged = "\n".join(lines).encode()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outcome = attempt("spec edit (re-signed)", {**files, "spec.toml": forged}, registry, original, resign=True)
-    assert outcome == "identical" or outcome.startswith("CheckpointError")
+        attempt("spec edit (re-signed)", {**files, "spec.toml": forged}, registry, original, resign=True,
+                same_spec=False)
 
 
 def test_a_billion_layer_spec_is_refused_before_building(pristine, registry):
@@ -316,6 +326,14 @@ def test_hostile_hugging_face_weights(hf_files, registry, data):
 def test_hostile_hugging_face_configs(hf_files, registry, key, value):
     config = {**json.loads(hf_files["config.json"]), key: value}
     import_attempt("hf config", {**hf_files, "config.json": json.dumps(config).encode()}, registry)
+
+
+def test_a_billion_layer_config_is_refused_before_building(hf_files, registry, tmp_path):
+    config = {**json.loads(hf_files["config.json"]), "n_layer": 10**9}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(hf_files["model.safetensors"])
+    with hang_guard(HANG_GUARD_S), pytest.raises(CheckpointError, match="n_layers = 1000000000, but .* 2 layers"):
+        import_hf(tmp_path, registry=registry)
 
 
 # ---------------------------------------------------------------- pickles never run

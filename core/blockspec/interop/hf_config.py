@@ -67,7 +67,7 @@ def architecture(config: dict[str, Any], file: str) -> str:
     listed = config.get("architectures")
     names = listed if isinstance(listed, list) and listed else [MODEL_TYPES.get(config.get("model_type"))]
     supported = ", ".join(ARCHITECTURES)
-    if len(names) != 1 or names[0] not in ARCHITECTURES:
+    if len(names) != 1 or not isinstance(names[0], str) or names[0] not in ARCHITECTURES:
         found = listed if listed else f"model_type {config.get('model_type')!r}"
         raise CheckpointError(str(Problem(file=file, path="$.architectures",
                                           message=f"unsupported architecture {found!r:.80}",
@@ -204,7 +204,7 @@ def hf_config(spec: ModelSpec, family: str, *, dtype: str, base: dict[str, Any] 
 
 def _family_of(base: dict[str, Any] | None) -> str | None:
     names = (base or {}).get("architectures") or [None]
-    return ARCHITECTURES.get(names[0]) if isinstance(names, list) else None
+    return ARCHITECTURES.get(names[0]) if isinstance(names, list) and isinstance(names[0], str) else None
 
 
 def _gpt2_config(spec: ModelSpec) -> dict[str, Any]:

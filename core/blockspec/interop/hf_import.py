@@ -36,10 +36,10 @@ def import_hf(
     directory = Path(directory)
     registry = registry if registry is not None else load_registry()
     spec, family = spec_from_hf(directory, registry)
-    rules = family.rules(spec)
     with open_weights(directory, allow_pickle=allow_pickle) as source:
         names = _normalized_names(source, family, spec, directory)
         check_layer_count(names, family.LAYER_INDEX, spec.model.n_layers, str(directory), str(directory / CONFIG))
+        rules = family.rules(spec)  # O(n_layers): only once the file has shown it holds that many
         meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
         _check(rules, meta_state, source, names, str(directory))
         model = build(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
