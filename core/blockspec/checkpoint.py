@@ -33,18 +33,17 @@ from .manifest import (
     Manifest,
     check_file_name,
     check_sizes,
-    damaged_tensors,
     read_manifest,
     record_files,
     tensor_digests,
-    tensor_hasher,
     verify_file,
 )
 from .modules.transformer import Transformer
 from .registry import Registry
-from .safetensors_file import SafetensorsHeader, as_tensor, read_bytes, read_header, torch_dtype, write_file
+from .safetensors_file import read_header, write_file
 from .spec import ModelSpec
-from .weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, fill, owner_of, unique_state
+from .verified_weights import load_verified_weights
+from .weights import unique_state
 
 SPEC_FILE = "spec.toml"
 WEIGHTS_FILE = "model.safetensors"
@@ -145,7 +144,7 @@ def load(
     manifest = read_manifest(directory)
     check_sizes(directory, manifest)
     spec = _read_spec(directory, manifest, registry)
-    model = _load_weights(directory, manifest, spec, registry)
+    model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
     model = model.to(dtype=dtype) if dtype is not None else model
     return (model.to(device) if device is not None else model).eval()
 
@@ -204,61 +203,3 @@ def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> Model
         return structure_spec(tables, registry, file=str(path))
     except SpecError as error:
         raise CheckpointError(str(error)) from None
-
-
-def _load_weights(directory: Path, manifest: Manifest, spec: ModelSpec, registry: Registry) -> Transformer:
-    path = directory / WEIGHTS_FILE
-    try:
-        verify_file(directory, manifest, WEIGHTS_FILE)
-    except CheckpointError as error:
-        raise _name_damaged_tensors(path, manifest, error) from None
-    header = read_header(path)
-    from .assemble import build
-
-    dtype = common_float_dtype([torch_dtype(e.dtype) for e in header.entries.values()])
-    check_layer_count(header.entries, r"^blocks\.(\d+)\.", spec.model.n_layers, str(path), str(directory / SPEC_FILE))
-    model = build_on_meta(spec, registry, str(directory / SPEC_FILE))
-    expected = {n: tuple(t.shape) for n, t in unique_state(model).items()}
-    check_shapes(expected, header.shapes(), str(path), lambda name: owner_of(model, name))
-    model = build(spec, registry=registry, dtype=dtype)
-    state = unique_state(model)
-    _check_dtype_kinds(state, header)
-    with open(path, "rb") as handle:
-        fill(model, state, lambda name: _verified_tensor(header, name, handle, manifest))
-    return model
-
-
-def _verified_tensor(header: SafetensorsHeader, name: str, handle: Any, manifest: Manifest) -> torch.Tensor:
-    """A tensor whose dtype, shape and bytes match its own manifest digest (not only the file's)."""
-    entry = header.entries[name]
-    data = read_bytes(header, name, handle)
-    digest = tensor_hasher(entry)
-    digest.update(data)
-    if manifest.tensors.get(name) != digest.hexdigest():
-        raise CheckpointError(f"{header.path}: tensor {name!r}: dtype, shape or bytes differ from the manifest's "
-                              "sha256 for it")
-    return as_tensor(entry, data)
-
-
-def _check_dtype_kinds(state: dict[str, torch.Tensor], header: SafetensorsHeader) -> None:
-    """A float parameter is never filled from integers (or the reverse): copy_ would cast silently."""
-    lines = [f"{header.path}: tensor {name!r}: expected a {'floating' if t.is_floating_point() else 'non-floating'}"
-             f" dtype like {str(t.dtype).removeprefix('torch.')}, found {header.entries[name].dtype}"
-             for name, t in state.items()
-             if t.is_floating_point() != torch_dtype(header.entries[name].dtype).is_floating_point]
-    if lines:
-        raise CheckpointError("\n".join(lines))
-
-
-def _name_damaged_tensors(path: Path, manifest: Manifest, error: CheckpointError) -> CheckpointError:
-    """Turn a whole-file mismatch into one line per damaged tensor, when the header still parses."""
-    if not path.is_file() or "sha256" not in str(error):
-        return error
-    try:
-        damaged = damaged_tensors(read_header(path), manifest.tensors)
-    except CheckpointError as header_error:
-        return CheckpointError(f"{error}\n{header_error}")
-    if not damaged:
-        return CheckpointError(f"{error} (the header differs; every tensor's bytes match)")
-    lines = [f"{path}: tensor {name!r}: bytes differ from the manifest's sha256" for name in damaged]
-    return CheckpointError("\n".join([str(error), *lines]))

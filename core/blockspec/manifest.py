@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -188,10 +188,3 @@ def check_sizes(directory: Path, manifest: Manifest) -> None:
         if path.stat().st_size != record.size:
             raise CheckpointError(f"{path}: {path.stat().st_size} bytes, the manifest records {record.size} "
                                   "(truncated or replaced?)")
-
-
-def damaged_tensors(header: SafetensorsHeader, expected: Mapping[str, str]) -> list[str]:
-    """Names of the tensors whose bytes differ from their recorded digest (or that are unrecorded)."""
-    found = tensor_digests(header)
-    names = sorted(set(found) | set(expected))
-    return [n for n in names if found.get(n) != expected.get(n)]

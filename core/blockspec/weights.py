@@ -67,13 +67,6 @@ def check_shapes(
         raise CheckpointError("\n".join(lines))
 
 
-def fill(model: nn.Module, state: Mapping[str, torch.Tensor], read: Callable[[str], torch.Tensor]) -> None:
-    """Copy each named tensor into the model's own (already shape-checked) tensor, in place."""
-    with torch.no_grad():
-        for name, target in state.items():
-            target.copy_(read(name))
-
-
 def common_float_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
     """The one floating dtype of a checkpoint's tensors; float32 when they disagree or there is none."""
     floats = {d for d in dtypes if d.is_floating_point}
