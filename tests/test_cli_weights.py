@@ -111,3 +111,16 @@ def test_sources_load_any_of_spec_checkpoint_and_hugging_face_directory(tmp_path
     assert load_spec_or_checkpoint(spec_file, registry) == model.spec
     with pytest.raises(CheckpointError, match="neither a blockspec checkpoint"):
         load_spec_or_checkpoint(tmp_path, registry)
+
+
+def test_trace_runs_on_an_imported_checkpoint_with_its_weights(capsys, tmp_path, hf_llama):
+    model, source = hf_llama
+    assert run(capsys, "import-hf", source, "--out", tmp_path / "ckpt")[0] == 0
+    code, out, err = run(capsys, "trace", tmp_path / "ckpt", "--ids", "5,7,11", "--stage", "logits", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    traced = torch.tensor(data["stages"][0]["values"])
+    with torch.no_grad():
+        expected = model(torch.tensor([[5, 7, 11]]))[0]
+    assert torch.allclose(traced, expected, atol=1e-5)
+    assert str(tmp_path / "ckpt") in json.dumps(data)  # reported as the weights' source
