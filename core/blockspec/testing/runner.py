@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any, Literal
 
 from attrs import frozen
-from hypothesis import HealthCheck, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.reporting import with_reporter
 
 from ..registry import Component, Registry
@@ -103,7 +103,8 @@ def _hypothesis_test(component: Component, prop: Property, failing: list[Case], 
                      device: str):
     examples = max_examples if max_examples is not None else settings.default.max_examples
     configured = settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                          verbosity=Verbosity.quiet, print_blob=False,
+                          verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))
 
     @configured
