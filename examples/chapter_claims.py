@@ -117,7 +117,8 @@ def parameter_figures() -> dict[str, int]:
     }
 
 
-def residual_gradients(n_layers: int = 48, scale: float = 1e-2, d_model: int = 64, seed: int = 0) -> dict[str, float]:
+def residual_gradients(n_layers: int = 48, scale: float = 1e-2, d_model: int = 64,
+                       seed: int = 0) -> dict[str, float]:
     """||∂loss/∂input|| / ||∂loss/∂output|| through n FFN sublayers scaled by ``scale``, with and without x + f(x)."""
     from blockspec.modules.feed_forward import FeedForward
 

@@ -54,7 +54,7 @@ def test_the_shrunk_example_is_small(broken_registry):
 
 def test_blockspec_verify_exits_1_and_prints_each_failure(broken_registry, monkeypatch, capsys):
     monkeypatch.setattr(verify_cmd, "registry_with_warnings", lambda: broken_registry)
-    code = main(["verify", "--distribution", "broken-dist", "--max-examples", "5"])
+    code = main(["verify", "--distribution", "broken-dist", "--max-examples", "3"])
     out = capsys.readouterr().out
     assert code == 1
     for qualified, prop in [("norm:centre_only", "scale_invariant"), ("positional:squared_rope", "relative"),

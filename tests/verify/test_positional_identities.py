@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
-from blockspec_positional.rope import RotaryPositions
-from blockspec_positional.sinusoidal import frequencies, sinusoidal_table
 from hypothesis import given
 from hypothesis import strategies as st
 
 import blockspec
+from blockspec_positional.rope import RotaryPositions
+from blockspec_positional.sinusoidal import frequencies, sinusoidal_table
 
 
 def rotation(angle: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,6 @@ import sys
 
 import attrs
 
-import blockspec
 from blockspec.kinds import PROMISE_MEANINGS, PROMISES
 from blockspec.testing import PROPERTIES, check, properties_for, select
 from blockspec.testing.properties import find

@@ -23,7 +23,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--distribution", metavar="NAME", help="only components of this distribution")
     parser.add_argument("--component", metavar="KIND:NAME", help="only this component, e.g. norm:rmsnorm")
     parser.add_argument("--max-examples", type=_positive, default=None, metavar="N",
-                        help="hypothesis examples per component x property (default: 25)")
+                        help="hypothesis examples per component x property "
+                             "(default: 25; whole-model checks run a quarter)")
     parser.add_argument("--json", action="store_true", help="print a JSON array of results")
     parser.set_defaults(run=run)
 

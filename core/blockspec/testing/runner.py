@@ -101,8 +101,8 @@ def one_thread() -> Iterator[None]:
 
 def _hypothesis_test(component: Component, prop: Property, failing: list[Case], max_examples: int | None,
                      device: str):
-    examples = max_examples if max_examples is not None else settings.default.max_examples
-    configured = settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+    budget = max_examples if max_examples is not None else settings.default.max_examples
+    configured = settings(max_examples=prop.examples(budget), deadline=None, database=None, derandomize=True,
                           verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))

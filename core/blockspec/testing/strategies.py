@@ -96,10 +96,13 @@ def _construct(config_cls: type, values: dict[str, Any]) -> Any:
 
 
 @st.composite
-def cases(draw, component: Component, *, max_tokens: int = 6, max_batch: int = 3) -> Case:
-    """One example for a property of ``component``: sizes, config, inputs' seed and knobs."""
+def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 6, max_batch: int = 3) -> Case:
+    """One example for a property of ``component``: sizes, config, inputs' seed and knobs.
+
+    ``cut`` < tokens - 1 whenever there are two tokens, so "change what comes after cut" changes something.
+    """
     model = draw(model_configs())
-    tokens = draw(st.integers(1, min(max_tokens, model.context_length)))
+    tokens = draw(st.integers(min(min_tokens, model.context_length), min(max_tokens, model.context_length)))
     return Case(
         model=model,
         config=draw(configs(component.config_cls)),
@@ -109,8 +112,13 @@ def cases(draw, component: Component, *, max_tokens: int = 6, max_batch: int = 3
         dtype=draw(st.sampled_from(DTYPES)),
         factor=draw(st.sampled_from([0.5, 2.0, 3.0, 10.0, 100.0]) | st.floats(0.5, 100.0)),
         start=draw(st.integers(0, 3 * model.context_length)),
-        cut=draw(st.integers(0, tokens - 1)),
+        cut=draw(st.integers(0, max(tokens - 2, 0))),
     )
+
+
+def sequences(component: Component):
+    """Cases with at least two tokens: for checks that change the later ones."""
+    return cases(component, min_tokens=2)
 
 
 @st.composite

@@ -9,6 +9,7 @@ from ...registry import Component
 from ..cases import Case
 from ..errors import NotApplicable
 from ..harness import exercise, normal
+from ..strategies import sequences
 from .base import Property, assert_close, assert_like, assert_shape
 
 
@@ -51,7 +52,7 @@ def check_weights(component: Component, case: Case, device: str) -> None:
 
 ATTENTION = (
     Property(name="contract", kind="attention", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
-    Property(name="causal", kind="attention", promise="causal", check=check_causal,
+    Property(name="causal", cases=sequences, kind="attention", promise="causal", check=check_causal,
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
              summary="row 0 is [1, 0, ...], no weight above the diagonal"),

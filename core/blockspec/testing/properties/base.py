@@ -37,7 +37,12 @@ class Property:
     kind: str | None = None
     promise: str | None = None
     when: Callable[[Component], bool] | None = None
+    share: float = 1.0  # fraction of max_examples to run: whole-model checks build two models per example
     cases: Callable[[Component], object] = field(default=_default_cases)
+
+    def examples(self, max_examples: int) -> int:
+        """This property's share of an example budget; never fewer than 3 (or the budget, if smaller)."""
+        return max(min(3, max_examples), round(max_examples * self.share))
 
     def concerns(self, component: Component) -> bool:
         return self.kind in (None, component.kind)

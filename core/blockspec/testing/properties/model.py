@@ -12,6 +12,7 @@ from ..cases import Case
 from ..formulas import model_parameters
 from ..harness import build_isolated
 from ..reference import ReferenceConfig, partner, solo_spec
+from ..strategies import sequences
 from .base import Property, assert_close, assert_shape
 
 
@@ -102,11 +103,13 @@ def _causal_applies(component: Component) -> bool:
     return True
 
 
+MODEL_SHARE = 0.25  # a whole model per example: a quarter of the budget, sizes are what varies
+
 MODEL = (
-    Property(name="model_shapes", check=check_model_shapes,
+    Property(name="model_shapes", check=check_model_shapes, share=MODEL_SHARE,
              summary="in a model: every tensor from embedding to output layer is (B, N, d)"),
-    Property(name="model_causal", check=check_model_causal, when=_causal_applies,
+    Property(name="model_causal", cases=sequences, check=check_model_causal, when=_causal_applies, share=MODEL_SHARE,
              summary="in a model: logits up to i ignore tokens after i"),
-    Property(name="model_parameters", check=check_model_parameters,
+    Property(name="model_parameters", check=check_model_parameters, share=MODEL_SHARE,
              summary="in a model: meta count == built count == closed form"),
 )
