@@ -24,13 +24,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def broken_module(name: str):
-    return importlib.import_module(f"broken.{name}")
+    return importlib.import_module(f"tests.verify.broken.{name}")
 
 
 @pytest.fixture(scope="session")
 def broken_registry() -> blockspec.Registry:
     """The installed plugins plus every deliberately broken fixture, as distribution broken-dist."""
-    from broken import DISTRIBUTION, VERSION
+    from tests.verify.broken import DISTRIBUTION, VERSION
 
     plugins = [(broken_module(name), DISTRIBUTION, VERSION) for name in BROKEN]
     return blockspec.load_registry(plugins=plugins)
