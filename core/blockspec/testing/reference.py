@@ -6,9 +6,12 @@ A model needs one component of every kind; the kit fills the other slots with th
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from attrs import frozen
 
 from ..context import BuildContext
+from ..modules.activation import Activation
 from ..registry import Component, Registry
 from ..spec import ComponentSpec, ModelConfig, ModelSpec
 
@@ -33,16 +36,13 @@ def _norm(config: ReferenceConfig, ctx: BuildContext):
     return nn.LayerNorm(ctx.model.d_model)
 
 
+class ReferenceGELU(Activation):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x)
+
+
 def _activation(config: ReferenceConfig, ctx: BuildContext):
-    import torch.nn.functional as F
-
-    from ..modules.activation import Activation
-
-    class GELU(Activation):
-        def forward(self, x):
-            return F.gelu(x)
-
-    return GELU()
+    return ReferenceGELU()
 
 
 def _head(config: ReferenceConfig, ctx: BuildContext):

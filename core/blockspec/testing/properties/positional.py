@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import torch
 
 from ...errors import ContextLengthError
@@ -91,18 +92,11 @@ def rotated_scores(module: torch.nn.Module, case: Case, start: int, device: str)
 def check_relative_rotary(component: Component, case: Case, device: str) -> None:
     """<R_m q, R_n k> depends only on m - n: the same at any start, and constant along diagonals."""
     module = build_isolated(component, case, device=device).module
-    longer = Case(**{**_fields(case), "tokens": case.tokens + 1})
-    start = clamp_start(module, longer)
+    start = clamp_start(module, attrs.evolve(case, tokens=case.tokens + 1))
     moved, origin = rotated_scores(module, case, start, device), rotated_scores(module, case, 0, device)
     tolerance = dict(atol=1e-4 * case.model.head_dim, rtol=1e-4)
     assert_close(moved, origin, f"scores with positions starting at {start} vs at 0", **tolerance)
     assert_close(moved[1:, 1:], moved[:-1, :-1], "score(m+1, n+1) vs score(m, n)", **tolerance)
-
-
-def _fields(case: Case) -> dict:
-    import attrs
-
-    return attrs.asdict(case, recurse=False)
 
 
 def check_rotation_norms(component: Component, case: Case, device: str) -> None:
@@ -117,8 +111,7 @@ def check_relative_bias(component: Component, case: Case, device: str) -> None:
     """The score bias at (i, j) depends only on i - j (on the causal part j <= i), at any start."""
     module = build_isolated(component, case, device=device).module
     length = case.tokens + 1
-    longer = Case(**{**_fields(case), "tokens": length})
-    start = clamp_start(module, longer)
+    start = clamp_start(module, attrs.evolve(case, tokens=length))
     with torch.no_grad():
         moved, origin = module.score_bias(length, length, start), module.score_bias(length, length, 0)
     lower = torch.ones(length, length, dtype=torch.bool, device=moved.device).tril()
@@ -136,7 +129,7 @@ def check_context_limit(component: Component, case: Case, device: str) -> None:
     if unbounded and limit is not None:
         raise AssertionError(f"promises 'unbounded' but max_positions is {limit!r}, not None")
     if unbounded:
-        far = Case(**{**_fields(case), "start": 10 * case.model.context_length + case.start})
+        far = attrs.evolve(case, start=10 * case.model.context_length + case.start)
         _, _, found = exercise(component, far, device)
         bad = [name for name, t in found.items() if t is not None and not bool(torch.isfinite(t).all())]
         if bad:
