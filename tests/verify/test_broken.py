@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from blockspec.cli import main, verify_cmd
@@ -73,3 +74,22 @@ def test_blockspec_verify_json_reports_the_failure(broken_registry, monkeypatch,
     assert failed[0]["distribution"] == "broken-dist"
     assert failed[0]["example"]["model"]["d_model"] >= 2
     assert {r["property"] for r in records} == {p.name for p in properties_for("norm")}
+
+
+FALSE_PROMISES = [  # a first-party component made to claim what it does not do
+    ("positional", "learned", "relative", "relative"),
+    ("positional", "learned", "unbounded", "context_limit"),
+    ("norm", "rmsnorm", "shift_invariant", "shift_invariant"),
+    ("norm", "rmsnorm", "standardizes", "standardizes"),
+    ("activation", "swiglu", "elementwise", "elementwise"),
+    ("head", "classifier", "lm", "contract"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "promise", "prop"), FALSE_PROMISES)
+def test_a_promise_the_component_does_not_keep_is_caught(registry, kind, name, promise, prop):
+    honest = registry.get(kind, name)
+    boastful = attrs.evolve(honest, promises=honest.promises | {promise})
+    result = check(boastful, find(prop, kind), max_examples=MAX_EXAMPLES)
+    assert result.status == "failed"
+    assert f"{kind}:{name} (from {honest.distribution}" in result.message
