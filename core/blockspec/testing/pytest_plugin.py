@@ -59,8 +59,10 @@ def verify_distribution(
 def _run_one(component, prop, request: pytest.FixtureRequest, max_examples: int | None) -> None:
     from .runner import check
 
-    examples = max_examples or request.config.getoption("blockspec_max_examples")
-    result = check(component, prop, max_examples=examples, device=request.config.getoption("blockspec_device"))
+    options = request.config  # the defaults apply when the plugin itself is disabled (-p no:blockspec)
+    examples = max_examples or options.getoption("blockspec_max_examples", default=None)
+    result = check(component, prop, max_examples=examples,
+                   device=options.getoption("blockspec_device", default="cpu"))
     if result.status == "not applicable":
         pytest.skip(result.message)
     if result.status == "failed":
