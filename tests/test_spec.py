@@ -192,3 +192,11 @@ def test_round_trip_of_random_specs(registry, table, eps, base):
     spec = blockspec.structure_spec(data, registry)
     assert blockspec.loads_spec(blockspec.dump_spec(spec), registry) == spec
     assert blockspec.spec_to_dict(spec)["model"] == table
+
+
+@pytest.mark.parametrize("name", ["a\x7fb", "tab\there", "quote\"back\\slash", "\x00\x1f", "naïve ✓"])
+def test_names_with_control_characters_round_trip(registry, name):
+    data = blockspec.spec_to_dict(blockspec.loads_spec(BASE, registry))
+    data["model"]["name"] = name
+    spec = blockspec.structure_spec(data, registry)
+    assert blockspec.loads_spec(blockspec.dump_spec(spec), registry).model.name == name
