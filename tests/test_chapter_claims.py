@@ -24,6 +24,15 @@ def _load_claims():
 claims = _load_claims()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small problems: a second intra-op thread only adds contention on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def test_sinusoidal_wavelengths_at_d_512():
     measured = claims.wavelengths()
     assert measured[0] == pytest.approx(6.28, abs=0.005)
