@@ -130,13 +130,13 @@ def test_a_truncated_weights_file_is_refused_naming_the_file(saved, registry):
 
 def test_a_missing_component_names_its_locked_distribution(saved, registry):
     spec = saved / "spec.toml"
-    text = spec.read_text().replace('use = "learned"', 'use = "alibi"')
+    text = spec.read_text().replace('use = "learned"', 'use = "missingpos"')
     text = text.replace('"positional:learned" = { distribution = "blockspec-positional", version = "0.1.0" }',
-                        '"positional:alibi" = { distribution = "blockspec-alibi", version = "2.1" }')
+                        '"positional:missingpos" = { distribution = "blockspec-missingpos", version = "2.1" }')
     spec.write_text(text)
     resign(saved)
-    with pytest.raises(CheckpointError, match=r"positional 'alibi' is not installed; .*blockspec-alibi 2\.1 "
-                                              r"\(pip install 'blockspec-alibi==2\.1'\)"):
+    with pytest.raises(CheckpointError, match=r"positional 'missingpos' is not installed; .*blockspec-missingpos 2\.1 "
+                                              r"\(pip install 'blockspec-missingpos==2\.1'\)"):
         load(saved, registry=registry)
 
 
