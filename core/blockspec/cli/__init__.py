@@ -8,9 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BlockspecError
-from . import check_cmd, explore_cmd, list_cmd, show_cmd, trace_cmd
+from . import check_cmd, explore_cmd, export_cmd, import_cmd, list_cmd, show_cmd, trace_cmd, verify_cmd
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
