@@ -22,12 +22,20 @@ def build_hf(spec: blockspec.ModelSpec, family: str, weights: nn.Module | None =
     """GPT2LMHeadModel or LlamaForCausalLM with the spec's sizes, on PyTorch SDPA attention."""
     model = _hf_gpt2(spec) if family == "gpt2" else _hf_llama(spec)
     if weights is not None:
-        state = (_gpt2_state if family == "gpt2" else _llama_state)(weights.state_dict(), spec)
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(hf_state(weights, family), strict=False)
         leftover = [k for k in missing if k != "lm_head.weight"] + list(unexpected)
         if leftover:
             raise RuntimeError(f"weights do not map onto the Hugging Face model: {leftover[:5]}")
     return model.eval()
+
+
+def hf_state(model: nn.Module, family: str) -> dict[str, torch.Tensor]:
+    """The blockspec model's weights under Hugging Face names, through the interop weight map."""
+    from blockspec.interop.families import FAMILIES
+    from blockspec.interop.weight_map import to_hf
+    from blockspec.weights import unique_state
+
+    return to_hf(FAMILIES[family].rules(model.spec), unique_state(model))
 
 
 def _hf_gpt2(spec: blockspec.ModelSpec) -> nn.Module:
@@ -54,40 +62,3 @@ def _hf_llama(spec: blockspec.ModelSpec) -> nn.Module:
         attention_bias=m.bias, mlp_bias=m.bias, bos_token_id=0, eos_token_id=0, pad_token_id=None,
     )
     return LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
-
-
-def _gpt2_state(state: dict[str, torch.Tensor], spec: blockspec.ModelSpec) -> dict[str, torch.Tensor]:
-    """blockspec names -> GPT2LMHeadModel names; GPT-2's Conv1D stores (in, out), hence the transposes."""
-    out = {"transformer.wte.weight": state["embedding.weight"],
-           "transformer.wpe.weight": state["positional.table.weight"],
-           "transformer.ln_f.weight": state["final_norm.weight"], "transformer.ln_f.bias": state["final_norm.bias"]}
-    for i in range(spec.model.n_layers):
-        src, dst = f"blocks.{i}.", f"transformer.h.{i}."
-        for a, b in (("norm1", "ln_1"), ("norm2", "ln_2")):
-            out[f"{dst}{b}.weight"], out[f"{dst}{b}.bias"] = state[f"{src}{a}.weight"], state[f"{src}{a}.bias"]
-        for a, b in (("attn.qkv", "attn.c_attn"), ("attn.proj", "attn.c_proj"),
-                     ("ffn.up", "mlp.c_fc"), ("ffn.down", "mlp.c_proj")):
-            out[f"{dst}{b}.weight"] = state[f"{src}{a}.weight"].t().contiguous()  # (in, out)
-            out[f"{dst}{b}.bias"] = state[f"{src}{a}.bias"]
-    return out
-
-
-def _llama_state(state: dict[str, torch.Tensor], spec: blockspec.ModelSpec) -> dict[str, torch.Tensor]:
-    """blockspec names -> LlamaForCausalLM names; fused qkv and gate|up are split."""
-    m = spec.model
-    out = {"model.embed_tokens.weight": state["embedding.weight"], "model.norm.weight": state["final_norm.weight"],
-           "lm_head.weight": state["head.weight"]}
-    kv_width = m.kv_heads * m.head_dim
-    for i in range(m.n_layers):
-        src, dst = f"blocks.{i}.", f"model.layers.{i}."
-        q, k, v = state[f"{src}attn.qkv.weight"].split((m.d_model, kv_width, kv_width))
-        gate, up = state[f"{src}ffn.up.weight"].chunk(2)
-        out.update({
-            f"{dst}input_layernorm.weight": state[f"{src}norm1.weight"],
-            f"{dst}post_attention_layernorm.weight": state[f"{src}norm2.weight"],
-            f"{dst}self_attn.q_proj.weight": q, f"{dst}self_attn.k_proj.weight": k,
-            f"{dst}self_attn.v_proj.weight": v, f"{dst}self_attn.o_proj.weight": state[f"{src}attn.proj.weight"],
-            f"{dst}mlp.gate_proj.weight": gate, f"{dst}mlp.up_proj.weight": up,
-            f"{dst}mlp.down_proj.weight": state[f"{src}ffn.down.weight"],
-        })
-    return out
