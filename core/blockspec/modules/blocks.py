@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .kv_cache import LayerCache
 from .positional import PositionalEncoding
 
 
@@ -16,8 +17,10 @@ class PreNormBlock(nn.Module):
         self.norm1, self.attn, self.norm2, self.ffn = norm1, attn, norm2, ffn
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), positional, start))
+    def forward(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), positional, start, cache))
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
@@ -29,6 +32,8 @@ class PostNormBlock(nn.Module):
         self.attn, self.norm1, self.ffn, self.norm2 = attn, norm1, ffn, norm2
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = self.norm1(x + self.drop(self.attn(x, positional, start)))
+    def forward(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        x = self.norm1(x + self.drop(self.attn(x, positional, start, cache)))
         return self.norm2(x + self.drop(self.ffn(x)))
