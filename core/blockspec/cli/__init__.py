@@ -8,9 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BlockspecError
-from . import check_cmd, list_cmd, show_cmd
+from . import check_cmd, generate_cmd, list_cmd, show_cmd, train_cmd
 
-COMMANDS = (list_cmd, check_cmd, show_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, train_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
