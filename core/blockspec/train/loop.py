@@ -146,16 +146,19 @@ class Trainer:
 
     def run(self, *, on_step: Callable[[Trainer, float], None] | None = None,
             on_eval: Callable[[Trainer, Evaluation], None] | None = None) -> History:
-        """Train up to ``config.steps``, evaluating every ``eval_every`` steps and at the end."""
+        """Train up to ``config.steps``, evaluating every ``eval_every`` steps and at the end.
+
+        ``on_step`` runs after the step's evaluation, so a checkpoint it writes holds it.
+        """
         every = self.config.eval_every
         while self.step < self.config.steps:
             loss = self.train_step()
-            if on_step is not None:
-                on_step(self, loss)
             if (every and self.step % every == 0) or self.step == self.config.steps:
                 evaluation = self.evaluate()
                 if on_eval is not None:
                     on_eval(self, evaluation)
+            if on_step is not None:
+                on_step(self, loss)
         return self.history
 
     def checkpoint(self) -> Checkpoint:
