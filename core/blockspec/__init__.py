@@ -25,10 +25,12 @@ from .hookspecs import API_VERSION, hookimpl, hookspec
 from .plugins import load_registry, make_plugin_manager
 from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
+from .tokenizer import CharTokenizer
 
 if TYPE_CHECKING:
     from .assemble import build
     from .counting import ParameterCount, count_parameters, estimate_parameters
+    from .modules.kv_cache import KVCache
     from .modules.transformer import Transformer
 
 _LAZY = {
@@ -37,6 +39,7 @@ _LAZY = {
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
     "Transformer": ".modules.transformer",
+    "KVCache": ".modules.kv_cache",
 }
 
 
@@ -50,10 +53,12 @@ __all__ = [
     "API_VERSION",
     "BlockspecError",
     "BuildContext",
+    "CharTokenizer",
     "CheckpointError",
     "Component",
     "ComponentSpec",
     "ContextLengthError",
+    "KVCache",
     "ModelConfig",
     "ModelSpec",
     "ParameterCount",

@@ -11,11 +11,12 @@ from tqdm import tqdm
 class Progress:
     """Wraps tqdm; ``enabled`` False (not a TTY, --json, --quiet, rank > 0) makes every call a no-op."""
 
-    def __init__(self, *, total: int, initial: int = 0, enabled: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(self, *, total: int, initial: int = 0, enabled: bool = True, stream: TextIO | None = None,
+                 min_interval: float = 0.1) -> None:
         stream = stream or sys.stderr
         self.enabled = enabled and stream.isatty()
         self.bar = tqdm(total=total, initial=initial, file=stream, unit="step", dynamic_ncols=True,
-                        disable=not self.enabled, leave=False)
+                        disable=not self.enabled, leave=False, mininterval=min_interval)
 
     def update(self, *, loss: float, tokens_per_s: float) -> None:
         if self.enabled:
