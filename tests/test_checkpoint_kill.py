@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from corpus import small_play
 
 import blockspec
 from blockspec.train.checkpointing import load_checkpoint, save_checkpoint
 from blockspec.train.data import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
 
+from .corpus import small_play
+
 KILLS = 20
-STEPS = 40
+STEPS = 60
 SPEC = """
 [model]
 vocab_size = 64
@@ -54,11 +55,13 @@ def make_trainer(checkpoint=None) -> Trainer:
     return Trainer(blockspec.build(spec, registry=registry, seed=3), data, TrainConfig(**CONFIG), resume=checkpoint)
 
 
-def train_and_checkpoint_every_step(directory: str) -> None:
+def train_and_checkpoint_every_step(directory: str, training=None) -> None:
     """The child: resume from the last checkpoint if there is one, then save after every step."""
     path = Path(directory) / "ckpt"
     checkpoint = load_checkpoint(path) if any(Path(directory).iterdir()) else None
     trainer = make_trainer(checkpoint)
+    if training is not None:
+        training.set()  # from here on the child trains and writes checkpoints
     trainer.run(on_step=lambda t, _: save_checkpoint(path, t.checkpoint()))
 
 
@@ -66,13 +69,15 @@ def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(
     context = multiprocessing.get_context("forkserver")
     # The server imports torch once (optimizer construction pulls in torch._dynamo); children fork from it.
     context.set_forkserver_preload(["torch", "torch._dynamo", "blockspec.train.loop", "blockspec.train.checkpointing",
-                                    "test_checkpoint_kill"])
+                                    "tests.test_checkpoint_kill"])
     rng = random.Random(0)
     last_step, mid_write = 0, 0
     for _ in range(KILLS):
-        child = context.Process(target=train_and_checkpoint_every_step, args=(str(tmp_path),))
+        training = context.Event()
+        child = context.Process(target=train_and_checkpoint_every_step, args=(str(tmp_path), training))
         child.start()
-        time.sleep(rng.uniform(0.1, 0.6))
+        assert training.wait(timeout=120), "the child never started training"
+        time.sleep(rng.uniform(0.0, 0.2))
         child.kill()  # SIGKILL
         child.join()
         mid_write += any(p.name != "ckpt" for p in tmp_path.iterdir())  # a temporary or the previous one

@@ -7,10 +7,11 @@ import json
 
 import pytest
 import torch
-from corpus import small_play
 
 from blockspec.cli import main
 from blockspec.train.progress import Progress
+
+from .corpus import small_play
 
 SPEC = """
 [model]
@@ -116,7 +117,7 @@ def test_errors_are_single_lines_with_the_fix(files, capsys):
          "was trained from a different spec"),
         (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40"],
          "ask for at most 31 new tokens, or use sinusoidal/rope positions"),
-        (["generate", str(files / "ckpt"), "--prompt", "Zebra#"], "character '#' (at offset 5) is not in"),
+        (["generate", str(files / "ckpt"), "--prompt", "Zebra#"], "character '#' at position 5 is not in"),
         (["generate", str(files / "nowhere"), "--prompt", "a"], "nowhere: no checkpoint here"),
     ]
     for argv, message in cases:

@@ -13,12 +13,13 @@ import sys
 
 import pytest
 import torch
-from corpus import small_play
 from safetensors.torch import load_file
 
 import blockspec
 from blockspec.train.data import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
+
+from .corpus import small_play
 
 SPEC = """
 [model]

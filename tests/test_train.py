@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from corpus import small_play
 from safetensors.torch import load_file
 
 import blockspec
@@ -15,6 +14,8 @@ from blockspec.train.checkpointing import load_checkpoint, load_model, save_chec
 from blockspec.train.data import CharDataset, DataError, batch_seed
 from blockspec.train.distributed import DistributedError, World
 from blockspec.train.loop import Trainer, TrainConfig, TrainConfigError, make_config
+
+from .corpus import small_play
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():

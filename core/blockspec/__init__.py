@@ -25,13 +25,14 @@ from .hookspecs import API_VERSION, hookimpl, hookspec
 from .plugins import load_registry, make_plugin_manager
 from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
-from .tokenizer import CharTokenizer
+from .tokenizer import CharTokenizer, TokenizerError
 
 if TYPE_CHECKING:
     from .assemble import build
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.kv_cache import KVCache
     from .modules.transformer import Transformer
+    from .trace import Stage, Trace, TraceError
 
 _LAZY = {
     "build": ".assemble",
@@ -40,10 +41,15 @@ _LAZY = {
     "ParameterCount": ".counting",
     "Transformer": ".modules.transformer",
     "KVCache": ".modules.kv_cache",
+    "Stage": ".trace",
+    "Trace": ".trace",
+    "TraceError": ".trace",
 }
 
 
 def __getattr__(name: str):
+    if name == "trace":  # the module, which is callable: blockspec.trace(model, ids) -> Trace
+        return import_module(".trace", __name__)
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
@@ -67,6 +73,10 @@ __all__ = [
     "RegistrationError",
     "Registry",
     "SpecError",
+    "Stage",
+    "TokenizerError",
+    "Trace",
+    "TraceError",
     "Transformer",
     "UnknownComponentError",
     "build",
@@ -81,4 +91,5 @@ __all__ = [
     "make_plugin_manager",
     "spec_to_dict",
     "structure_spec",
+    "trace",
 ]

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BlockspecError
-from . import check_cmd, generate_cmd, list_cmd, show_cmd, train_cmd
+from . import check_cmd, explore_cmd, generate_cmd, list_cmd, show_cmd, trace_cmd, train_cmd, verify_cmd
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, train_cmd, generate_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, train_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
