@@ -20,7 +20,7 @@ class PreNormBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
     ) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), positional, start, cache))
+        x = x + self.drop(_attend(self.attn, self.norm1(x), positional, start, cache))
         return x + self.drop(self.ffn(self.norm2(x)))
 
 
@@ -35,5 +35,12 @@ class PostNormBlock(nn.Module):
     def forward(
         self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
     ) -> torch.Tensor:
-        x = self.norm1(x + self.drop(self.attn(x, positional, start, cache)))
+        x = self.norm1(x + self.drop(_attend(self.attn, x, positional, start, cache)))
         return self.norm2(x + self.drop(self.ffn(x)))
+
+
+def _attend(
+    attn: nn.Module, x: torch.Tensor, positional: PositionalEncoding, start: int, cache: LayerCache | None
+) -> torch.Tensor:
+    """Pass the cache only when decoding with one, so attention modules without a cache argument still work."""
+    return attn(x, positional, start) if cache is None else attn(x, positional, start, cache)

@@ -50,8 +50,11 @@ class Transformer(nn.Module):
         if self.positional.adds:
             x = self.positional.embed(x, start)
         x = self.drop(x)
-        for index, block in enumerate(self.blocks):
-            x = block(x, self.positional, start, None if cache is None else cache.layers[index])
-        if cache is not None:
+        if cache is None:
+            for block in self.blocks:
+                x = block(x, self.positional, start)
+        else:  # blocks see a cache argument only when there is one: cache-less custom blocks keep working
+            for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
+                x = block(x, self.positional, start, layer_cache)
             cache.length = start + ids.shape[-1]
         return self.head(self.final_norm(x))

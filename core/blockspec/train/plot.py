@@ -24,6 +24,7 @@ def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: st
         steps = [e.step for e in history.evals]
         axes.plot(steps, [e.val_loss for e in history.evals], "o-", color=color, label=f"{name} validation")
     axes.set(xlabel="step", ylabel="cross-entropy (nats / character)", title=title)
+    axes.set_ylim(*_limits(histories))
     axes.grid(alpha=0.3)
     axes.legend()
     try:
@@ -33,6 +34,15 @@ def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: st
     finally:
         pyplot.close(figure)
     return Path(path)
+
+
+def _limits(histories: Mapping[str, History]) -> tuple[float, float]:
+    """The y range; the top leaves out the highest tenth of the step losses, or the first steps flatten the rest."""
+    losses = sorted(loss for h in histories.values() for loss in h.train)
+    values = [e.val_loss for h in histories.values() for e in h.evals]
+    if losses:
+        values += [losses[0], losses[int(0.9 * (len(losses) - 1))]]
+    return (0.95 * min(values), 1.1 * max(values)) if values else (0.0, 1.0)
 
 
 def _pyplot():
