@@ -29,6 +29,7 @@ from .tokenizer import CharTokenizer, TokenizerError
 
 if TYPE_CHECKING:
     from .assemble import build
+    from .checkpoint import load, save
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.kv_cache import KVCache
     from .modules.transformer import Transformer
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "build": ".assemble",
+    "load": ".checkpoint",
+    "save": ".checkpoint",
     "count_parameters": ".counting",
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
@@ -85,10 +88,12 @@ __all__ = [
     "estimate_parameters",
     "hookimpl",
     "hookspec",
+    "load",
     "load_registry",
     "load_spec",
     "loads_spec",
     "make_plugin_manager",
+    "save",
     "spec_to_dict",
     "structure_spec",
     "trace",

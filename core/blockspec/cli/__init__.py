@@ -8,9 +8,21 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import BlockspecError
-from . import check_cmd, explore_cmd, generate_cmd, list_cmd, show_cmd, trace_cmd, train_cmd, verify_cmd
+from . import (
+    check_cmd,
+    explore_cmd,
+    export_cmd,
+    generate_cmd,
+    import_cmd,
+    list_cmd,
+    show_cmd,
+    trace_cmd,
+    train_cmd,
+    verify_cmd,
+)
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, train_cmd, generate_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd, train_cmd,
+            generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
