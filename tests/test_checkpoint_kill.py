@@ -58,7 +58,7 @@ def make_trainer(checkpoint=None) -> Trainer:
 def train_and_checkpoint_every_step(directory: str, training=None) -> None:
     """The child: resume from the last checkpoint if there is one, then save after every step."""
     path = Path(directory) / "ckpt"
-    checkpoint = load_checkpoint(path) if any(Path(directory).iterdir()) else None
+    checkpoint = load_checkpoint(path) if path.exists() else None
     trainer = make_trainer(checkpoint)
     if training is not None:
         training.set()  # from here on the child trains and writes checkpoints
@@ -73,6 +73,7 @@ def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(
     rng = random.Random(0)
     last_step, mid_write = 0, 0
     for _ in range(KILLS):
+        before = {p.name for p in tmp_path.iterdir()}
         training = context.Event()
         child = context.Process(target=train_and_checkpoint_every_step, args=(str(tmp_path), training))
         child.start()
@@ -80,8 +81,8 @@ def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(
         time.sleep(rng.uniform(0.0, 0.2))
         child.kill()  # SIGKILL
         child.join()
-        mid_write += any(p.name != "ckpt" for p in tmp_path.iterdir())  # a temporary or the previous one
-        if not any(tmp_path.iterdir()):
+        mid_write += any(p.name not in before | {"ckpt"} for p in tmp_path.iterdir())  # a new temporary left
+        if not (tmp_path / "ckpt").exists():
             continue  # killed before its first checkpoint
         checkpoint = load_checkpoint(tmp_path / "ckpt")
         assert checkpoint.step >= last_step, "a committed checkpoint was lost"
