@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import json
+import math
+import re
+import reprlib
 import tomllib
 import typing
 from pathlib import Path
@@ -12,7 +16,7 @@ import attrs
 import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from . import toml_text
+from . import toml_guard, toml_text
 from .catalogue import provider_of
 from .errors import FieldError, Problem, SpecError, UnknownComponentError
 from .kinds import SECTIONS
@@ -21,6 +25,7 @@ from .spec import ComponentSpec, ModelConfig, ModelSpec
 
 DEFAULT_ATTENTION = "causal"
 TOP_LEVEL = ("model", *SECTIONS)
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib does not enforce it
 
 
 def _strict_converter() -> cattrs.Converter:
@@ -34,19 +39,50 @@ def _strict_converter() -> cattrs.Converter:
     return converter
 
 
+class _ShortRepr(reprlib.Repr):
+    """reprlib with small limits; huge ints are described, not printed (str() refuses 4300+ digits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 2, 60, 60
+        self.maxlist = self.maxdict = self.maxtuple = self.maxset = 4
+
+    def repr_int(self, value: int, level: int) -> str:
+        bits = value.bit_length()
+        return f"<{bits}-bit integer>" if bits > 64 else repr(value)
+
+
+_SHORT = _ShortRepr()
+
+
 def _found(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
+    """A bounded description: a 10,000-deep or megabyte value must not blow up a message."""
+    return f"{type(value).__name__} {_SHORT.repr(value)}"
 
 
 def _structure_int(value: Any, _: type) -> int:
     if type(value) is not int:
         raise TypeError(f"expected an integer, found {_found(value)}")
+    _check_int64(value)
     return value
 
 
+def _check_int64(value: int) -> None:
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError("expected an integer in [-2**63, 2**63 - 1] (TOML integers are 64-bit), "
+                         f"found a {value.bit_length()}-bit integer")
+
+
 def _structure_float(value: Any, _: type) -> float:
+    """Ints are accepted only where the float is exact; inf and nan never are."""
     if type(value) not in (int, float):
         raise TypeError(f"expected a number, found {_found(value)}")
+    if type(value) is int:
+        _check_int64(value)
+        if float(value) != value:
+            raise ValueError(f"expected a number a float holds exactly, found int {value}; write it as a float")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, found {_found(value)}")
     return float(value)
 
 
@@ -83,30 +119,50 @@ _CONVERTER = _strict_converter()
 def load_spec(path: str | Path, registry: Registry | None = None) -> ModelSpec:
     """Read, parse and validate a TOML spec file; every problem is reported at once."""
     path = Path(path)
+    return loads_spec(_read_text(path), registry, file=str(path))
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; reads at most one byte past the size limit."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(toml_guard.MAX_SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(Problem(file=str(path), message=f"cannot read spec: {error.strerror}")) from None
+        raise SpecError(Problem(file=str(path), message=f"cannot read spec: {error.strerror or error}")) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise SpecError(Problem(file=str(path), message=f"not UTF-8 text: {error.reason}")) from None
-    return loads_spec(text, registry, file=str(path))
+        line, column = toml_guard.line_and_column(data.decode("utf-8", "replace"), _char_offset(data, error.start))
+        raise SpecError(Problem(file=str(path), line=line, column=column,
+                                message=f"not UTF-8 text: byte 0x{data[error.start]:02x} is {error.reason}")) from None
+
+
+def _char_offset(data: bytes, byte_offset: int) -> int:
+    return len(data[:byte_offset].decode("utf-8", "replace"))
 
 
 def loads_spec(text: str, registry: Registry | None = None, *, file: str | None = None) -> ModelSpec:
+    """Parse and validate TOML text; ``file`` names it in messages."""
+    toml_guard.check_text(text, file)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise SpecError(_syntax_problem(error, file)) from None
+        raise SpecError(_syntax_problem(error, file, text)) from None
+    except RecursionError:  # the guard bounds nesting; these two are the parser's own limits, kept as backstops
+        raise SpecError(Problem(file=file, line=1, message="invalid TOML: nested too deeply")) from None
+    except ValueError as error:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise SpecError(Problem(file=file, line=1, message=f"invalid TOML: {str(error)[:120]}")) from None
     return structure_spec(data, registry, file=file, text=text)
 
 
-def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None) -> Problem:
+def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None, text: str) -> Problem:
     message = str(error)
-    line = column = None
+    line, column = toml_guard.line_and_column(text, len(text))  # tomllib says "(at end of document)"
     if "(at line " in message:
         message, _, where = message.rpartition(" (at line ")
         line_text, _, column_text = where.rstrip(")").partition(", column ")
         line, column = int(line_text), int(column_text)
+    message = message.removesuffix(" (at end of document)")
     return Problem(file=file, line=line, column=column, message=f"invalid TOML: {message}")
 
 
@@ -122,6 +178,8 @@ def structure_spec(
         from .plugins import load_registry
 
         registry = load_registry()
+    if not isinstance(data, dict):
+        raise SpecError(Problem(file=file, path="$", message=f"expected a table of tables, found {_found(data)}"))
     reader = _SpecReader(registry, file, text)
     return reader.read(data)
 
@@ -152,7 +210,7 @@ class _SpecReader:
     def _check_tables(self, data: dict[str, Any]) -> None:
         for key in data:
             if key not in TOP_LEVEL:
-                self.problem(f"$.{key}", f"unknown table [{key}]", _did_you_mean(key, TOP_LEVEL))
+                self.problem(_join("$", key), f"unknown table [{_SHORT.repr(key)}]", _did_you_mean(key, TOP_LEVEL))
         for key in TOP_LEVEL:
             if key in data and not isinstance(data[key], dict):
                 self.problem(f"$.{key}", f"expected a table [{key}], found {_found(data[key])}")
@@ -161,7 +219,11 @@ class _SpecReader:
         if table is None:
             self.problem("$.model", "missing required table [model]")
             return None
-        return self._structure(table, ModelConfig, "$.model") if isinstance(table, dict) else None
+        model = self._structure(table, ModelConfig, "$.model") if isinstance(table, dict) else None
+        oversized = _oversized(model) if model is not None else []
+        for field_name, message in oversized:
+            self.problem(f"$.model.{field_name}", message, "is this size a typo?")
+        return None if oversized else model
 
     def _component(self, kind: str, table: Any) -> ComponentSpec | None:
         if table is None and kind == "attention":
@@ -173,7 +235,7 @@ class _SpecReader:
             return None
         fields = dict(table)
         use = fields.pop("use", None)
-        component = self._resolve(kind, use)
+        component = self._resolve(kind, use, fields)
         if component is None:
             return None
         config = self._structure(fields, component.config_cls, f"$.{kind}")
@@ -182,12 +244,14 @@ class _SpecReader:
         pinned = component.distribution if ":" in use else None
         return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config)
 
-    def _resolve(self, kind: str, use: Any) -> Component | None:
+    def _resolve(self, kind: str, use: Any, fields: dict[str, Any]) -> Component | None:
         path = f"$.{kind}.use"
         if not isinstance(use, str):
             found = "nothing" if use is None else _found(use)
             names = ", ".join(repr(n) for n in self.registry.names(kind)) or "none installed"
-            self.problem(path, f"expected the name of a {kind} ({names}), found {found}")
+            typo = difflib.get_close_matches("use", [k for k in fields if isinstance(k, str)], n=1, cutoff=0.5)
+            hint = f"found the key {_SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
+            self.problem(path, f"expected the name of a {kind} ({names}), found {found}", hint)
             return None
         distribution, _, name = use.rpartition(":")
         providers = self.registry.providers(kind, name)
@@ -234,10 +298,29 @@ class _SpecReader:
     def _structure(self, table: dict[str, Any], cls: type, path: str) -> Any:
         try:
             return _CONVERTER.structure(table, cls)
-        except (ClassValidationError, FieldError, ValueError, TypeError) as error:
+        except Exception as error:  # a plugin's validator may raise anything; it becomes a located problem
             for where, message, hint in _flatten(error, path, cls):
                 self.problem(where, message, hint)
             return None
+
+
+MAX_TENSOR_ELEMENTS = 2**60  # 8-byte elements must still fit torch's 64-bit byte count
+
+
+def _oversized(model: ModelConfig) -> list[tuple[str, str]]:
+    """The core's own tensors that no device could hold: caught here, not as an overflow deep in torch."""
+    qkv = model.d_model + 2 * model.kv_heads * model.head_dim
+    tensors = {
+        "vocab_size": ("vocab_size × d_model", model.vocab_size * model.d_model),
+        "context_length": ("context_length × d_model", model.context_length * model.d_model),
+        "d_ff": ("2 × d_ff × d_model", 2 * model.d_ff * model.d_model),
+        "d_model": ("d_model × (d_model + 2 × n_kv_heads × head_dim)", model.d_model * qkv),
+    }
+    return [
+        (name, f"{product} = {count:.3g} elements, more than one tensor can hold (2**60)")
+        for name, (product, count) in tensors.items()
+        if count > MAX_TENSOR_ELEMENTS
+    ]
 
 
 def _flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
@@ -250,22 +333,36 @@ def _flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[st
     if isinstance(error, ForbiddenExtraKeysError):
         allowed = [a.name for a in attrs.fields(error.cl)]
         return [
-            (f"{path}.{key}", f"unknown key {key!r}", _did_you_mean(key, allowed) or _allowed(allowed))
+            (_join(path, key), f"unknown key {_SHORT.repr(key)}", _did_you_mean(key, allowed) or _allowed(allowed))
             for key in sorted(error.extra_fields)
         ]
     if isinstance(error, KeyError):
         return [(path, "missing required key", None)]
     if isinstance(error, FieldError):
-        return [(f"{path}.{error.field}", error.message, None)]
-    return [(path, str(error) or type(error).__name__, None)]
+        return [(_join(path, error.field), error.message, None)]
+    if isinstance(error, (ValueError, TypeError)):
+        return [(path, str(error) or type(error).__name__, None)]
+    owner = getattr(cls, "__qualname__", "the config")
+    return [(path, f"{owner} raised {type(error).__name__}: {_SHORT.repr(str(error))}", None)]
 
 
 def _inner_path(inner: BaseException, path: str) -> str:
     for note in getattr(inner, "__notes__", ()):
         name = getattr(note, "name", None)
         if name is not None:
-            return f"{path}.{name}" if isinstance(name, str) else f"{path}[{name}]"
+            return _join(path, name) if isinstance(name, str) else f"{path}[{name}]"
     return path
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _join(path: str, key: Any) -> str:
+    """``$.model.d_ff``; keys that are not bare TOML keys are quoted: ``$.model["a b"]``."""
+    text = str(key)
+    if _BARE_KEY.fullmatch(text):
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text[:60] + ('...' if len(text) > 60 else ''))}]"
 
 
 def _did_you_mean(word: str, choices: Any) -> str | None:
