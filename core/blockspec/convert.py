@@ -20,6 +20,7 @@ from . import toml_guard, toml_text
 from .catalogue import provider_of
 from .errors import FieldError, Problem, SpecError, UnknownComponentError
 from .kinds import SECTIONS
+from .policy import normalize
 from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
 
@@ -275,6 +276,11 @@ class _SpecReader:
             others = ", ".join(c.distribution for c in self.registry.providers(kind, name))
             self.problem(path, f"{kind} {name!r} is not provided by {distribution!r}", f"it is provided by {others}")
             return
+        skipped = self._skipped(provider) if provider else None
+        if skipped:
+            self.problem(path, f"{kind} {name!r} is not loaded: {provider} {skipped.reason}",
+                         "select it with BLOCKSPEC_PLUGINS or the registry file's [policy]")
+            return
         if provider:
             cause = self._quarantine_cause(provider)
             message = f"{kind} {name!r} is not installed" + (f" ({cause})" if cause else "")
@@ -289,9 +295,13 @@ class _SpecReader:
             hint = "installed: " + ", ".join(self.registry.names(kind))
         self.problem(path, f"unknown {kind} {name!r}", hint)
 
+    def _skipped(self, distribution: str) -> Any:
+        wanted = normalize(distribution)
+        return next((s for s in self.registry.skipped if normalize(s.distribution) == wanted), None)
+
     def _quarantine_cause(self, distribution: str) -> str | None:
         for entry in self.registry.quarantined:
-            if entry.distribution == distribution:
+            if normalize(entry.distribution) == normalize(distribution):
                 return f"{distribution} was quarantined: {entry.cause}"
         return None
 
