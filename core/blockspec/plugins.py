@@ -18,7 +18,7 @@ from types import ModuleType
 import pluggy
 
 from . import hookspecs
-from .errors import PluginError
+from .errors import BlockspecError, PluginError
 from .policy import Policy, current_policy
 from .registry import Component, Quarantine, Registry, Skipped, validate_component
 
@@ -26,6 +26,10 @@ ENTRY_POINT_GROUP = "blockspec"
 STRICT_ENV = "BLOCKSPEC_STRICT_PLUGINS"
 HOOK_NAMES = ("blockspec_register",)
 MAX_CAUSE = 300  # characters of a plugin's own error message kept in its quarantine line
+
+
+class _Refused(ValueError):
+    """A cause the loader states itself; printed without an exception type."""
 
 
 class PluginWarning(UserWarning):
@@ -158,7 +162,7 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
     manager.register(plugin, name=distribution)  # validates hook signatures
     manager.check_pending()  # refuses blockspec_* hooks that do not exist
     if not manager.hook.blockspec_register.get_hookimpls():
-        raise ValueError(_no_hook(plugin))
+        raise _Refused(_no_hook(plugin))
     staged: list[Component] = []
     taken = {(c.kind, c.name) for c in earlier}
 
@@ -171,7 +175,7 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
         )
         validate_component(component)
         if (kind, name) in taken:
-            raise ValueError(f"{kind}:{name} registered twice by {distribution}")
+            raise _Refused(f"{kind}:{name} registered twice by {distribution}")
         taken.add((kind, name))
         staged.append(component)
 
@@ -203,9 +207,9 @@ def _probe_all(staged: list[Component]) -> list[str]:
         try:
             reason = probe(component)
         except ContractError as error:
-            raise ValueError(f"{where} breaks the {component.kind} shape contract: {error}") from None
+            raise _Refused(f"{where} breaks the {component.kind} shape contract: {error}") from None
         except (Exception, SystemExit) as error:
-            raise ValueError(f"{where} failed its probe: {describe(error)}") from None
+            raise _Refused(f"{where} failed its probe: {describe(error)}") from None
         if reason:
             unprobed.append(f"{where} ({component.distribution}): {reason}")
     return unprobed
@@ -214,9 +218,7 @@ def _probe_all(staged: list[Component]) -> list[str]:
 def _check_api(plugin: object) -> None:
     declared = getattr(plugin, "BLOCKSPEC_API", hookspecs.API_VERSION)
     if declared != hookspecs.API_VERSION:
-        raise ValueError(
-            f"declares core API {declared!r}, this blockspec provides API {hookspecs.API_VERSION}"
-        )
+        raise _Refused(f"declares core API {declared!r}, this blockspec provides API {hookspecs.API_VERSION}")
 
 
 def _first_line(doc: str | None) -> str:
@@ -231,6 +233,8 @@ def describe(error: BaseException) -> str:
         text = ""
     text = "; ".join(line.strip() for line in text.splitlines() if line.strip())  # pluggy spreads causes over lines
     text = text if len(text) <= MAX_CAUSE else text[: MAX_CAUSE - 3] + "..."
+    if isinstance(error, (_Refused, BlockspecError)) and text:
+        return text
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 

@@ -39,7 +39,8 @@ def _report(registry: Registry, policy: str) -> dict:
         "torch": _torch_version(),
         "policy": policy,
         "strict": strict_default(),
-        "loaded": [{"distribution": d, "version": v, "components": n} for d, (v, n) in registry.distributions().items()],
+        "loaded": [{"distribution": d, "version": v, "components": n}
+                   for d, (v, n) in sorted(registry.distributions().items())],
         "quarantined": [{"distribution": q.distribution, "version": q.version, "cause": q.cause}
                         for q in registry.quarantined],
         "skipped": [{"distribution": s.distribution, "version": s.version, "reason": s.reason}
