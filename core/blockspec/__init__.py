@@ -15,6 +15,7 @@ from .errors import (
     BlockspecError,
     CheckpointError,
     ContextLengthError,
+    NonFiniteError,
     PluginError,
     Problem,
     RegistrationError,
@@ -27,10 +28,12 @@ from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
 
 if TYPE_CHECKING:
+    from . import debug
     from .assemble import build
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.transformer import Transformer
 
+_LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
 _LAZY = {
     "build": ".assemble",
     "count_parameters": ".counting",
@@ -43,6 +46,8 @@ _LAZY = {
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
+    if name in _LAZY_MODULES:
+        return import_module(_LAZY_MODULES[name], __name__)
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
 
 
@@ -56,6 +61,7 @@ __all__ = [
     "ContextLengthError",
     "ModelConfig",
     "ModelSpec",
+    "NonFiniteError",
     "ParameterCount",
     "PluginError",
     "Problem",
@@ -66,6 +72,7 @@ __all__ = [
     "UnknownComponentError",
     "build",
     "count_parameters",
+    "debug",
     "dump_spec",
     "estimate_parameters",
     "hookimpl",
