@@ -153,6 +153,7 @@ def test_cli_help_and_check_work_with_broken_plugins(all_faults):
     assert blockspec_cli(all_faults, "--help").returncode == 0
     good = blockspec_cli(all_faults, "check", str(SPECS / "gpt2-small.toml"))
     assert good.returncode == 0 and "ok" in good.stdout, good.stderr
+    assert len(warning_lines(good.stderr)) == len(FAULTS)  # check probes (it imports torch anyway)
     ambiguous = blockspec_cli(all_faults, "check", str(SPECS / "llama-style.toml"))
     assert ambiguous.returncode == 2
     errors = [line for line in ambiguous.stderr.splitlines() if line.startswith("blockspec: error: ")]

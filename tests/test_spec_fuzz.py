@@ -225,6 +225,16 @@ def example_documents() -> dict[str, dict]:
 EXAMPLES = example_documents()
 
 
+@st.composite
+def overridden_examples(draw):
+    """An example spec with up to three keys set to arbitrary values: trees that sometimes load."""
+    document = json.loads(json.dumps(draw(st.sampled_from(sorted(EXAMPLES)).map(EXAMPLES.get))))
+    overrides = draw(st.lists(st.tuples(st.sampled_from(TOP_LEVEL), KEYS, SCALARS), max_size=3))
+    for table, key, value in overrides:
+        document.setdefault(table, {})[key] = value
+    return document
+
+
 def other_type_values(value) -> st.SearchStrategy:
     """Values of a different TOML type than ``value`` (ints stay out of float fields: they are exact)."""
     options = [st.text(max_size=8), st.lists(st.integers(0, 9), max_size=2), st.dates(),
@@ -303,7 +313,7 @@ def test_raw_text_fails_only_with_located_spec_errors(text, warm_registry):
 
 
 @fuzz_settings()
-@given(tree=TREES)
+@given(tree=TREES | overridden_examples())
 def test_schema_shaped_trees_fail_only_with_located_spec_errors(tree, warm_registry):
     with AUDIT.watch() as seen:
         try:
