@@ -14,8 +14,8 @@ from blockspec.catalogue import provider_of, shipped_registry_file
 from blockspec.cli import main as cli_main
 from blockspec.plugins import PluginPolicyWarning, PluginWarning
 from blockspec.policy import Policy, current_policy
-from conftest import SPECS
-from plugin_dists import FAULTS, InstalledDists, write_distribution
+from .conftest import SPECS
+from .plugin_dists import FAULTS, InstalledDists, write_distribution
 
 FIRST_PARTY = ["blockspec-activations", "blockspec-heads", "blockspec-norms", "blockspec-positional"]
 GPT2 = (SPECS / "gpt2-small.toml").read_text(encoding="utf-8")

@@ -26,12 +26,14 @@ from .hookspecs import API_VERSION, hookimpl, hookspec
 from .plugins import load_registry, make_plugin_manager
 from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
+from .tokenizer import CharTokenizer, TokenizerError
 
 if TYPE_CHECKING:
     from . import debug
     from .assemble import build
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.transformer import Transformer
+    from .trace import Stage, Trace, TraceError
 
 _LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
 _LAZY = {
@@ -40,10 +42,15 @@ _LAZY = {
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
     "Transformer": ".modules.transformer",
+    "Stage": ".trace",
+    "Trace": ".trace",
+    "TraceError": ".trace",
 }
 
 
 def __getattr__(name: str):
+    if name == "trace":  # the module, which is callable: blockspec.trace(model, ids) -> Trace
+        return import_module(".trace", __name__)
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
     if name in _LAZY_MODULES:
@@ -55,6 +62,7 @@ __all__ = [
     "API_VERSION",
     "BlockspecError",
     "BuildContext",
+    "CharTokenizer",
     "CheckpointError",
     "Component",
     "ComponentSpec",
@@ -68,6 +76,10 @@ __all__ = [
     "RegistrationError",
     "Registry",
     "SpecError",
+    "Stage",
+    "TokenizerError",
+    "Trace",
+    "TraceError",
     "Transformer",
     "UnknownComponentError",
     "build",
@@ -83,4 +95,5 @@ __all__ = [
     "make_plugin_manager",
     "spec_to_dict",
     "structure_spec",
+    "trace",
 ]

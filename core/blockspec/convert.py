@@ -17,7 +17,7 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from . import toml_guard, toml_text
-from .catalogue import provider_of
+from .catalogue import catalogue, provider_of
 from .errors import FieldError, Problem, SpecError, UnknownComponentError
 from .kinds import SECTIONS
 from .policy import normalize
@@ -284,7 +284,7 @@ class _SpecReader:
         if provider:
             cause = self._quarantine_cause(provider)
             message = f"{kind} {name!r} is not installed" + (f" ({cause})" if cause else "")
-            self.problem(path, message, f"install the distribution {provider} (pip install {provider})")
+            self.problem(path, message, f"install the distribution {provider}{_install_hint(provider)}")
             return
         suggestion = self.registry.suggest(kind, name)
         hint = None
@@ -373,6 +373,12 @@ def _join(path: str, key: Any) -> str:
     if _BARE_KEY.fullmatch(text):
         return f"{path}.{text}"
     return f"{path}[{json.dumps(text[:60] + ('...' if len(text) > 60 else ''))}]"
+
+
+def _install_hint(distribution: str) -> str:
+    folder = catalogue().get(distribution, {}).get("path")
+    source = f", or ./{folder} in a blockspec checkout" if folder else ""
+    return f" (pip install {distribution}{source})"
 
 
 def _did_you_mean(word: str, choices: Any) -> str | None:

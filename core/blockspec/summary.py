@@ -120,3 +120,98 @@ def _shape_text(path: str, module, shapes: dict[str, tuple[int, ...]], n_tokens:
 
 def _dims(dims: tuple[int, ...], n_tokens: int) -> str:
     return " x ".join("N" if d == n_tokens else str(d) for d in dims)
+
+
+# -- the component tree (`blockspec show --tree`) ------------------------------------------------------
+
+
+@frozen(kw_only=True)
+class TreeNode:
+    """One module of the assembled model, with who provides it and what it owns."""
+
+    path: str  # dotted module path; "" for the model itself
+    module: str  # class name
+    shape: str  # output shape without the batch dim, N symbolic; "-" when never called on its own
+    parameters: int  # parameters of this subtree, each counted at its first owner (a tied head shows 0)
+    component: str | None = None  # "kind:name"
+    distribution: str | None = None
+    version: str | None = None
+    tied: tuple[str, ...] = ()  # "head.weight -> embedding.weight" for parameters owned elsewhere
+    children: tuple[TreeNode, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1] if self.path else ""
+
+
+def component_tree(spec: ModelSpec, registry: Registry | None = None) -> TreeNode:
+    """The resolved module tree of ``spec``, built on the meta device (no memory)."""
+    from .assemble import build
+
+    model = build(spec, registry=registry, device="meta")
+    n_tokens = symbolic_length(spec)
+    shapes = _record_all_shapes(model, n_tokens)
+    owners = _parameter_owners(model)
+    return _node(model, "", model, shapes, owners, n_tokens)
+
+
+def _record_all_shapes(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def record(path: str):
+        def hook(_module, _inputs, output) -> None:
+            if isinstance(output, torch.Tensor):
+                shapes[path] = tuple(output.shape)
+
+        return hook
+
+    handles = [m.register_forward_hook(record(path)) for path, m in model.named_modules() if path]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, n_tokens, dtype=torch.long, device="meta"))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return shapes
+
+
+def _parameter_owners(model) -> dict[int, tuple[str, int]]:
+    """id(parameter) -> (the module path that owns it first, its size)."""
+    owners: dict[int, tuple[str, int]] = {}
+    for path, module in model.named_modules():
+        for param in module.parameters(recurse=False):
+            owners.setdefault(id(param), (path, param.numel()))
+    return owners
+
+
+def _node(model, path: str, module, shapes, owners, n_tokens: int) -> TreeNode:
+    children = tuple(
+        _node(model, f"{path}.{name}" if path else name, child, shapes, owners, n_tokens)
+        for name, child in module.named_children() if type(child).__name__ != "Dropout"
+    )
+    owned = sum(size for owner, size in owners.values() if _within(owner, path))
+    tied = tuple(f"{_join(path, n)} -> {_join(owners[id(p)][0], n)}"
+                 for n, p in module.named_parameters(recurse=False) if owners[id(p)][0] != path)
+    component = model.provenance.get(path)
+    return TreeNode(
+        path=path, module=type(module).__name__, parameters=owned, tied=tied, children=children,
+        shape=_shape_text(path, module, shapes, n_tokens) if path else _model_shape(shapes, n_tokens),
+        component=f"{component.kind}:{component.name}" if component else None,
+        distribution=component.distribution if component else None,
+        version=component.version if component else None,
+    )
+
+
+def _within(owner: str, path: str) -> bool:
+    return not path or owner == path or owner.startswith(path + ".")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _model_shape(shapes: dict[str, tuple[int, ...]], n_tokens: int) -> str:
+    head = shapes.get("head")
+    return _dims(head[1:], n_tokens) if head else "-"

@@ -33,10 +33,15 @@ def _value(value: Any) -> str:
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return _string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} as a TOML spec value")
+
+
+def _string(value: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, except that TOML also forbids a raw DEL."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _float(value: float) -> str:

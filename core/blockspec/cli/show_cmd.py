@@ -7,7 +7,7 @@ import argparse
 import attrs
 
 from ..convert import load_spec
-from ..summary import ModelSummary, ModuleRow, summarize
+from ..summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
 from .common import print_json, print_table, registry_with_warnings
 
 
@@ -15,11 +15,15 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("show", help="show the assembled model: modules, shapes, parameters")
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--tree", action="store_true",
+                        help="the resolved component tree: every module, its provider, parameters and shape")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
+    if args.tree:
+        return _run_tree(args, registry)
     summary = summarize(load_spec(args.spec, registry), registry)
     if args.json:
         print_json(_as_json(summary))
@@ -63,3 +67,60 @@ def _cells(row: ModuleRow) -> tuple[str, ...]:
     indent = "  " * row.depth
     return (indent + row.path, row.module, row.shape, f"{row.parameters:,}",
             row.component or "", row.distribution or "")
+
+
+# -- --tree ----------------------------------------------------------------------------------------------
+
+
+def _run_tree(args: argparse.Namespace, registry) -> int:
+    spec = load_spec(args.spec, registry)
+    tree = component_tree(spec, registry)
+    if args.json:
+        print_json({"name": spec.model.name, "tree": _tree_json(tree)})
+        return 0
+    print(f"{spec.model.name}  (N = sequence length; batch dimension omitted; built on the meta device)\n")
+    rows = [(spec.model.name, *_tree_cells(tree)[1:])] + _tree_rows(tree.children, "")
+    print_table(("MODULE", "TYPE", "OUTPUT", "PARAMETERS", "PROVIDER"), rows, right=(3,))
+    return 0
+
+
+def _tree_json(node: TreeNode) -> dict:
+    record = attrs.asdict(node, recurse=False, filter=lambda a, _: a.name != "children")
+    record["tied"] = list(node.tied)
+    record["children"] = [_tree_json(child) for child in node.children]
+    return record
+
+
+def _tree_rows(nodes: tuple[TreeNode, ...], indent: str) -> list[tuple[str, ...]]:
+    """Rows with tree glyphs; blocks after blocks.0 fold into one row when they repeat it."""
+    nodes, folded = _fold_blocks(nodes)
+    rows: list[tuple[str, ...]] = []
+    for index, node in enumerate(nodes):
+        last = index == len(nodes) - 1 and folded is None
+        rows.append((indent + ("└─ " if last else "├─ ") + node.name, *_tree_cells(node)[1:]))
+        rows += _tree_rows(node.children, indent + ("   " if last else "│  "))
+    if folded is not None:
+        rows.append((indent + "└─ " + folded[0], *folded[1:]))
+    return rows
+
+
+def _fold_blocks(nodes: tuple[TreeNode, ...]):
+    """blocks.1..L-1 as one row "1-11 (x11, as 0)" when they match blocks.0 in type and size."""
+    if len(nodes) < 2 or not nodes[0].path.startswith("blocks."):
+        return nodes, None
+    first, rest = nodes[0], nodes[1:]
+    if any((n.module, n.parameters) != (first.module, first.parameters) for n in rest):
+        return nodes, None
+    label = f"{rest[0].name}-{rest[-1].name}  (x{len(rest)}, each as {first.name})" if len(rest) > 1 \
+        else f"{rest[0].name}  (as {first.name})"
+    total = sum(n.parameters for n in rest)
+    return (first,), (label, first.module, first.shape, f"{total:,}", "")
+
+
+def _tree_cells(node: TreeNode) -> tuple[str, ...]:
+    provider = ""
+    if node.component:
+        provider = f"{node.component}  {node.distribution} {node.version}"
+    if node.tied:
+        provider = (provider + "  " if provider else "") + "tied: " + ", ".join(node.tied)
+    return (node.name, node.module, node.shape, f"{node.parameters:,}", provider)

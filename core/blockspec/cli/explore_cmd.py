@@ -1,0 +1,33 @@
+"""`blockspec explore`: one self-contained HTML page to look at a trace, positions and norms."""
+
+from __future__ import annotations
+
+import argparse
+
+from .trace_cmd import add_model_arguments, label_of, prepare
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("explore", help="write a self-contained HTML explorer of one input's trace")
+    add_model_arguments(parser)
+    parser.add_argument("--out", required=True, metavar="FILE.html", help="where to write the page")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..explore.export import explorer_data
+    from ..explore.page import write_page
+    from ..trace import trace
+
+    prepared = prepare(args)
+    result = trace(prepared.model, torch.tensor([prepared.ids]))
+    data = explorer_data(prepared.model, result, ids=prepared.ids, weights=prepared.weights,
+                         label_of=lambda i: label_of(prepared.tokenizer, i),
+                         tokenizer=prepared.tokenizer.describe() if prepared.tokenizer else None)
+    path = write_page(data, args.out)
+    size = path.stat().st_size
+    print(f"wrote {path} ({size / 1e6:.2f} MB): {len(result)} stages of {prepared.model.spec.model.name}, "
+          f"weights {prepared.weights}; open it in a browser (no network needed)")
+    return 0

@@ -1,0 +1,174 @@
+"""`blockspec trace`: follow one input through a model and name every stage's shape and maker."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from collections.abc import Sequence
+
+from attrs import frozen
+
+from ..convert import load_spec
+from ..errors import BlockspecError
+from ..tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
+from .common import print_json, print_table, registry_with_warnings
+
+TOP_K = 5
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("trace", help="follow one input through the model, stage by stage")
+    add_model_arguments(parser)
+    parser.add_argument("--stage", metavar="PATTERN",
+                        help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values")
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    parser.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs blockspec[plot])")
+    parser.add_argument("--top", type=int, default=TOP_K, metavar="K", help="next-token candidates to list")
+    parser.set_defaults(run=run)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """SPEC, --weights, --seed and the input; shared with `blockspec explore`."""
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("--weights", metavar="FILE", help="safetensors weights; default: random, from --seed")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="input text (characters for a 65-token vocabulary, else UTF-8 bytes)")
+    source.add_argument("--ids", help="input token ids, comma-separated: 1,2,3")
+
+
+@frozen(kw_only=True)
+class Prepared:
+    """A model ready to trace, its input, and how both were made (for the report)."""
+
+    model: object
+    ids: list[int]
+    labels: list[str]  # one printable label per token
+    tokenizer: object | None
+    weights: str  # "random (seed 0)" or the file
+
+
+def prepare(args: argparse.Namespace) -> Prepared:
+    from ..assemble import build
+    from ..weights_file import load_weights
+
+    spec = load_spec(args.spec, registry_with_warnings())
+    ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
+    model = build(spec, seed=args.seed)
+    if args.weights:
+        load_weights(model, args.weights)
+    model.eval()
+    labels = [label_of(tokenizer, i) for i in ids]
+    weights = args.weights or f"random (seed {args.seed}; pass --weights FILE for trained ones)"
+    return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
+
+
+def _input_ids(args: argparse.Namespace, vocab_size: int):
+    if args.ids is not None:
+        tokenizer = CharTokenizer.default() if vocab_size == CharTokenizer.default().vocab_size else None
+        return parse_ids(args.ids, vocab_size), tokenizer
+    if not args.text:
+        raise TokenizerError("--text: expected at least one character, found an empty text")
+    tokenizer = tokenizer_for(vocab_size)
+    return tokenizer.encode(args.text), tokenizer
+
+
+def label_of(tokenizer, token_id: int) -> str:
+    """A printable spelling of one token id (the id itself without a tokenizer)."""
+    if tokenizer is None:
+        return str(token_id)
+    text = tokenizer.decode([token_id])
+    if not text:
+        return f"<{token_id}>"  # outside what the tokenizer can spell (a byte tokenizer's ids >= 256)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..trace import trace
+
+    if args.top < 0:
+        raise BlockspecError(f"--top: expected a count >= 0, found {args.top}")
+    prepared = prepare(args)
+    result = trace(prepared.model, torch.tensor([prepared.ids]))
+    stages = [s for s in result.stages if args.stage is None or fnmatch.fnmatchcase(s.name, args.stage)]
+    if args.stage is not None and not stages:
+        raise BlockspecError(f"--stage: no stage matches {args.stage!r}; stages are named like "
+                             f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
+    plots = _plots(args, result, prepared)
+    top = next_tokens(result, prepared, args.top)
+    if args.json:
+        print_json(_as_json(prepared, stages, top, plots, with_values=args.stage is not None))
+    else:
+        _print(prepared, stages, top, plots, with_values=args.stage is not None)
+    return 0
+
+
+def _plots(args, result, prepared: Prepared) -> list[str]:
+    if not args.plot:
+        return []
+    from ..trace_plots import write_plots
+
+    return [str(p) for p in write_plots(result, prepared.model, args.plot, prepared.labels)]
+
+
+def next_tokens(result, prepared: Prepared, k: int) -> list[dict]:
+    """The k most likely next tokens after the last input token."""
+    if "logits" not in result.names():
+        return []
+    probs = result["probs"].tensor[0, -1]  # (|V|,)
+    values, indices = probs.topk(min(k, probs.shape[-1]))
+    return [{"id": int(i), "token": label_of(prepared.tokenizer, int(i)), "p": float(v)}
+            for v, i in zip(values, indices)]
+
+
+def _stage_json(stage, with_values: bool) -> dict:
+    record = {"name": stage.name, "shape": list(stage.shape), "op": stage.op, "component": stage.component,
+              "distribution": stage.distribution, "section": stage.section}
+    if with_values:
+        record["values"] = stage.tensor[0].tolist()
+    return record
+
+
+def _as_json(prepared: Prepared, stages, top, plots, *, with_values: bool) -> dict:
+    tokenizer = prepared.tokenizer.describe() if prepared.tokenizer else None
+    return {
+        "model": prepared.model.spec.model.name,
+        "weights": prepared.weights,
+        "input": {"ids": prepared.ids, "tokens": prepared.labels, "tokenizer": tokenizer},
+        "stages": [_stage_json(s, with_values) for s in stages],
+        "next_token": top,
+        "plots": plots,
+    }
+
+
+def _print(prepared: Prepared, stages, top, plots, *, with_values: bool) -> None:
+    n_tokens = len(prepared.ids)
+    print(f"{prepared.model.spec.model.name}: weights {prepared.weights}")
+    how = prepared.tokenizer.describe() if prepared.tokenizer else "token ids"
+    print(f"input: {''.join(prepared.labels)!r} -> ids {prepared.ids}  ({how}; N = {n_tokens}, batch 1 omitted)\n")
+    rows = [(s.name, " x ".join(map(str, s.shape)), s.op, _provider(s), s.section) for s in stages]
+    print_table(("STAGE", "SHAPE", "OP", "COMPONENT", "SECTION"), rows)
+    if with_values:
+        _print_values(stages)
+    if top:
+        print(f"\nnext token after the last input token (top {len(top)}):")
+        print_table(("TOKEN", "ID", "P"), [(f"'{t['token']}'", t["id"], f"{t['p']:.4f}") for t in top], right=(1, 2))
+    for path in plots:
+        print(f"wrote {path}")
+
+
+def _provider(stage) -> str:
+    if stage.component:
+        return f"{stage.component} ({stage.distribution})"
+    return f"{stage.distribution} core" if stage.distribution else "?"
+
+
+def _print_values(stages: Sequence) -> None:
+    import torch
+
+    torch.set_printoptions(precision=4, sci_mode=False)  # a CLI process: the global setting is ours
+    for stage in stages:
+        print(f"\n{stage.name}  [{', '.join(map(str, stage.shape))}]")
+        print(stage.tensor[0])

@@ -1,0 +1,1 @@
+"""The self-contained HTML trace explorer: data export (export.py) and the page (page.py, template.html)."""

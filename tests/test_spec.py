@@ -1,0 +1,202 @@
+"""The spec schema: strict structuring, every problem located, lossless round trip."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import blockspec
+from blockspec import SpecError, UnknownComponentError
+
+from .conftest import SPECS
+
+BASE = """\
+[model]
+name = "t"
+vocab_size = 65
+context_length = 64
+d_model = 64
+n_layers = 2
+n_heads = 4
+d_ff = 256
+
+[positional]
+use = "learned"
+
+[norm]
+use = "layernorm"
+
+[activation]
+use = "gelu"
+
+[head]
+use = "lm"
+"""
+
+
+def problems(text: str, registry) -> list[blockspec.Problem]:
+    with pytest.raises(SpecError) as caught:
+        blockspec.loads_spec(text, registry, file="bad.toml")
+    return list(caught.value.problems)
+
+
+def only_problem(text: str, registry) -> blockspec.Problem:
+    found = problems(text, registry)
+    assert len(found) == 1, [str(p) for p in found]
+    return found[0]
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_example_round_trips(path, registry):
+    spec = blockspec.load_spec(path, registry)
+    again = blockspec.loads_spec(blockspec.dump_spec(spec), registry)
+    assert again == spec
+    assert blockspec.dump_spec(again) == blockspec.dump_spec(spec)
+
+
+def test_defaults_fill_in(registry):
+    spec = blockspec.loads_spec(BASE, registry)
+    assert spec.model.bias is True and spec.model.norm_placement == "pre"
+    assert spec.model.kv_heads == 4 and spec.model.head_dim == 16
+    assert spec.attention.name == "causal" and spec.attention.distribution is None
+    assert spec.norm.config.eps == 1e-5
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "words"),
+    [
+        ("d_model = 64", 'd_model = "64"', "$.model.d_model", "expected an integer, found str '64'"),
+        ("d_model = 64", "d_model = 64.9", "$.model.d_model", "expected an integer, found float 64.9"),
+        ("d_model = 64", "d_model = true", "$.model.d_model", "expected an integer, found bool True"),
+        ('name = "t"', 'name = "t"\nbias = "false"', "$.model.bias", "expected true or false"),
+        ('name = "t"', "name = 5", "$.model.name", "expected a string"),
+        ('name = "t"', 'name = "t"\nnorm_placement = "middle"', "$.model.norm_placement", "expected one of 'pre', 'post'"),
+        ("n_heads = 4", "n_heads = 5", "$.model.n_heads", "expected a divisor of d_model=64, found 5"),
+        ("n_heads = 4", "n_heads = 4\nn_kv_heads = 3", "$.model.n_kv_heads", "expected a divisor of n_heads=4, found 3"),
+        ("d_ff = 256", "d_ff = -1", "$.model.d_ff", "expected a positive integer, found -1"),
+        ('name = "t"', 'name = "t"\ndropout = 1.5', "$.model.dropout", "expected a number in [0.0, 1.0)"),
+        ("n_heads = 4", "n_haeds = 4\nn_heads = 4", "$.model.n_haeds", "unknown key 'n_haeds'"),
+        ('use = "gelu"', 'use = "gelu"\napproximate = "fast"', "$.activation.approximate", "expected one of 'none', 'tanh'"),
+        ('use = "layernorm"', 'use = "layernorm"\neps = "small"', "$.norm.eps", "expected a number"),
+        ('use = "layernorm"', 'use = "layernorm"\neps = 0', "$.norm.eps", "expected a number > 0.0"),
+    ],
+)
+def test_bad_values_are_located(registry, old, new, path, words):
+    problem = only_problem(BASE.replace(old, new, 1), registry)
+    assert problem.path == path
+    assert words in problem.message + (problem.hint or "")
+    assert problem.file == "bad.toml" and problem.line is not None
+
+
+def test_missing_key_and_table(registry):
+    found = problems(BASE.replace("d_ff = 256\n", "").replace('[head]\nuse = "lm"\n', ""), registry)
+    assert {(p.path, p.message) for p in found} == {
+        ("$.model.d_ff", "missing required key"),
+        ("$.head", "missing required table [head]"),
+    }
+
+
+def test_every_problem_is_reported_at_once(registry):
+    text = BASE.replace("d_model = 64", 'd_model = "768"').replace("n_heads = 4", "n_haeds = 12")
+    text = text.replace('use = "layernorm"', 'use = "rmsnrom"')
+    found = {p.path: p for p in problems(text, registry)}
+    assert set(found) == {"$.model.d_model", "$.model.n_haeds", "$.model.n_heads", "$.norm.use"}
+    assert found["$.model.n_haeds"].hint == "did you mean 'n_heads'?"
+    assert "did you mean 'rmsnorm'? (provided by blockspec-norms)" in str(found["$.norm.use"])
+    assert found["$.norm.use"].line == 14
+
+
+def test_unknown_component_is_its_own_error_type(registry):
+    with pytest.raises(UnknownComponentError) as caught:
+        blockspec.loads_spec(BASE.replace('use = "gelu"', 'use = "gleu"'), registry, file="bad.toml")
+    assert isinstance(caught.value, LookupError)
+    assert str(caught.value) == (
+        "bad.toml:17: $.activation.use: unknown activation 'gleu'; did you mean 'gelu'? "
+        "(provided by blockspec-activations)"
+    )
+
+
+def test_unknown_table_and_wrong_table_type(registry):
+    found = problems(BASE + '\n[atention]\nuse = "causal"\n', registry)
+    assert [(p.path, p.hint) for p in found] == [("$.atention", "did you mean 'attention'?")]
+    wrong = 'head = "lm"\n' + BASE.replace('[head]\nuse = "lm"\n', "")
+    problem = only_problem(wrong, registry)
+    assert (problem.path, problem.message) == ("$.head", "expected a table [head], found str 'lm'")
+
+
+def test_use_must_be_a_string(registry):
+    problem = only_problem(BASE.replace('use = "gelu"', "use = 3"), registry)
+    assert problem.path == "$.activation.use" and "found int 3" in problem.message
+    assert "'gelu'" in problem.message  # lists what is installed
+
+
+def test_toml_syntax_error_has_line_and_column(registry):
+    problem = only_problem("[model\nx = 1\n", registry)
+    assert (problem.line, problem.column) == (1, 7)
+    assert problem.message.startswith("invalid TOML")
+
+
+def test_pinned_distribution(registry):
+    spec = blockspec.loads_spec(BASE.replace('use = "layernorm"', 'use = "blockspec-norms:layernorm"'), registry)
+    assert spec.norm.distribution == "blockspec-norms"
+    assert 'use = "blockspec-norms:layernorm"' in blockspec.dump_spec(spec)
+    problem = only_problem(BASE.replace('use = "layernorm"', 'use = "other-dist:layernorm"'), registry)
+    assert "not provided by 'other-dist'" in problem.message and "blockspec-norms" in problem.hint
+
+
+def test_load_spec_reports_unreadable_files(tmp_path, registry):
+    with pytest.raises(SpecError, match="cannot read spec"):
+        blockspec.load_spec(tmp_path / "absent.toml", registry)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe[model]")
+    with pytest.raises(SpecError, match="not UTF-8"):
+        blockspec.load_spec(binary, registry)
+
+
+sizes = st.integers(min_value=1, max_value=8)
+
+
+@st.composite
+def model_tables(draw) -> dict:
+    kv = draw(sizes)
+    heads = kv * draw(st.integers(1, 4))
+    table = {
+        "name": draw(st.text(min_size=1, max_size=12)),
+        "vocab_size": draw(st.integers(1, 10**6)),
+        "context_length": draw(st.integers(1, 10**5)),
+        "d_model": heads * draw(sizes),
+        "n_layers": draw(st.integers(0, 48)),
+        "n_heads": heads,
+        "d_ff": draw(st.integers(1, 10**5)),
+        "bias": draw(st.booleans()),
+        "norm_placement": draw(st.sampled_from(["pre", "post"])),
+        "dropout": draw(st.floats(0.0, 0.99)),
+    }
+    if draw(st.booleans()):
+        table["n_kv_heads"] = kv
+    if draw(st.booleans()):
+        table["final_norm"] = draw(st.booleans())
+    return table
+
+
+@given(table=model_tables(), eps=st.floats(1e-12, 1.0), base=st.floats(2.0, 1e6))
+def test_round_trip_of_random_specs(registry, table, eps, base):
+    data = {
+        "model": table,
+        "positional": {"use": "rope", "base": base},
+        "norm": {"use": "rmsnorm", "eps": eps},
+        "activation": {"use": "swiglu"},
+        "head": {"use": "lm", "tied": False},
+    }
+    spec = blockspec.structure_spec(data, registry)
+    assert blockspec.loads_spec(blockspec.dump_spec(spec), registry) == spec
+    assert blockspec.spec_to_dict(spec)["model"] == table
+
+
+@pytest.mark.parametrize("name", ["a\x7fb", "tab\there", "quote\"back\\slash", "\x00\x1f", "naïve ✓"])
+def test_names_with_control_characters_round_trip(registry, name):
+    data = blockspec.spec_to_dict(blockspec.loads_spec(BASE, registry))
+    data["model"]["name"] = name
+    spec = blockspec.structure_spec(data, registry)
+    assert blockspec.loads_spec(blockspec.dump_spec(spec), registry).model.name == name

@@ -1,0 +1,136 @@
+"""`blockspec trace`: table, JSON, stage values, weights files, plots, and its errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import blockspec
+from blockspec.cli import main
+from blockspec.weights_file import load_weights
+
+SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
+
+TINY = str(SPECS / "tiny-shakespeare.toml")
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_lists_every_stage_with_n_5(capsys):
+    code, out, _ = run_cli(capsys, "trace", TINY, "--text", "To be", "--json")
+    assert code == 0
+    data = json.loads(out)
+    stages = {s["name"]: s for s in data["stages"]}
+    assert set(data["stages"][0]) == {"name", "shape", "op", "component", "distribution", "section"}
+    assert data["input"]["ids"] == [32, 53, 1, 40, 43]
+    assert stages["tokens"]["shape"] == [5]
+    assert stages["blocks.1.attn.weights"]["shape"] == [4, 5, 5]
+    assert stages["blocks.0.ffn.act"]["shape"] == [5, 256]
+    assert stages["logits"]["shape"] == stages["probs"]["shape"] == [5, 65]
+    assert stages["blocks.0.norm1"]["section"] == "7.3 LayerNorm"
+    assert data["weights"].startswith("random (seed 0")
+    assert len(data["next_token"]) == 5
+
+
+def test_first_row_of_every_head_is_one_then_zeros(capsys):
+    code, out, _ = run_cli(capsys, "trace", TINY, "--text", "To be", "--json", "--stage", "blocks.*.attn.weights")
+    assert code == 0
+    stages = json.loads(out)["stages"]
+    assert [s["name"] for s in stages] == ["blocks.0.attn.weights", "blocks.1.attn.weights"]
+    for stage in stages:
+        assert [head[0] for head in stage["values"]] == [[1.0, 0.0, 0.0, 0.0, 0.0]] * 4
+
+
+def test_table_output(capsys):
+    code, out, _ = run_cli(capsys, "trace", TINY, "--ids", "1,2,3")
+    assert code == 0
+    assert "random (seed 0" in out and "N = 3" in out
+    assert any(line.split()[:2] == ["blocks.0.attn.weights", "4"] and "4 x 3 x 3" in line for line in out.splitlines())
+    assert "next token after the last input token" in out
+
+
+def test_seed_changes_the_random_weights(capsys):
+    first = json.loads(run_cli(capsys, "trace", TINY, "--ids", "1", "--json", "--stage", "logits")[1])
+    second = json.loads(run_cli(capsys, "trace", TINY, "--ids", "1", "--json", "--stage", "logits", "--seed", "3")[1])
+    assert first["stages"][0]["values"] != second["stages"][0]["values"]
+
+
+def test_weights_file_is_loaded(capsys, tmp_path, example_spec, registry):
+    from safetensors.torch import save_model
+
+    trained = blockspec.build(example_spec("tiny-shakespeare"), registry=registry, seed=11).eval()
+    save_model(trained, str(tmp_path / "w.safetensors"))  # stores the tied head once
+    code, out, _ = run_cli(capsys, "trace", TINY, "--ids", "5,6", "--weights", str(tmp_path / "w.safetensors"),
+                           "--json", "--stage", "logits")
+    assert code == 0
+    logits = torch.tensor(json.loads(out)["stages"][0]["values"])
+    assert torch.equal(logits, trained(torch.tensor([[5, 6]]))[0])
+
+
+def test_weights_that_do_not_fit_are_named(tmp_path, example_spec, registry):
+    from safetensors.torch import save_file
+
+    model = blockspec.build(example_spec("tiny-shakespeare"), registry=registry, seed=0)
+    state = {k: v.clone() for k, v in model.state_dict().items() if k != "head.weight"}
+    del state["blocks.1.norm2.bias"]
+    state["extra.weight"] = torch.zeros(2)
+    save_file(state, str(tmp_path / "bad.safetensors"))
+    with pytest.raises(blockspec.CheckpointError,
+                       match=r"missing 1 tensor\(s\): blocks.1.norm2.bias; unexpected 1 tensor\(s\): extra.weight"):
+        load_weights(model, tmp_path / "bad.safetensors")
+    state = {k: v.clone() for k, v in model.state_dict().items() if k != "head.weight"}
+    state["blocks.0.ffn.up.weight"] = torch.zeros(3, 64)
+    save_file(state, str(tmp_path / "shape.safetensors"))
+    with pytest.raises(blockspec.CheckpointError, match=r"blocks.0.ffn.up.weight: expected shape \(256, 64\), found"):
+        load_weights(model, tmp_path / "shape.safetensors")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--text", "To be#"), "character '#' at position 5"),
+    (("--ids", "1,65"), "token id 65 is outside the vocabulary 0..64"),
+    (("--text", ""), "expected at least one character"),
+    (("--text", "To", "--stage", "nothing*"), "no stage matches 'nothing*'"),
+    (("--ids", ",".join(["1"] * 65)), "positions up to 64 requested"),
+    (("--ids", "1", "--weights", "missing.safetensors"), "missing.safetensors: no such weights file"),
+])
+def test_bad_input_is_one_error_line(capsys, argv, message):
+    code, out, err = run_cli(capsys, "trace", TINY, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("blockspec: error: ") and message in err and len(err.splitlines()) == 1
+
+
+def test_not_a_safetensors_file(capsys, tmp_path):
+    (tmp_path / "w.pt").write_bytes(b"\x80\x04not safetensors")
+    code, _, err = run_cli(capsys, "trace", TINY, "--ids", "1", "--weights", str(tmp_path / "w.pt"))
+    assert code == 2 and "not a readable safetensors file" in err
+
+
+def test_text_on_a_vocabulary_without_characters(capsys, tmp_path):
+    spec = (SPECS / "tiny-shakespeare.toml").read_text().replace("vocab_size = 65", "vocab_size = 100")
+    (tmp_path / "v100.toml").write_text(spec)
+    code, _, err = run_cli(capsys, "trace", str(tmp_path / "v100.toml"), "--text", "hi")
+    assert code == 2 and "no character vocabulary is known for vocab_size 100" in err and "--ids" in err
+
+
+def test_plots_are_pngs(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, out, _ = run_cli(capsys, "trace", TINY, "--text", "To be", "--plot", str(tmp_path))
+    assert code == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["blocks.0.attention.png", "blocks.1.attention.png", "positional.png", "stages.png"]
+    assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+    assert f"wrote {tmp_path / 'stages.png'}" in out
+
+
+def test_plots_without_matplotlib_say_how_to_install(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    code, _, err = run_cli(capsys, "trace", TINY, "--ids", "1", "--plot", str(tmp_path))
+    assert code == 2 and "pip install 'blockspec[plot]'" in err
