@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import io
 import sys
 import warnings
@@ -153,3 +154,16 @@ def test_a_users_catalogue_names_the_distribution_to_install(tmp_path, monkeypat
 def test_the_shipped_policy_loads_all():
     shipped = shipped_registry_file()
     assert shipped.policy == {"load": "all"} and current_policy() == Policy(load="all", source=shipped.source)
+
+
+def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
+    monkeypatch.setenv("BLOCKSPEC_PLUGINS", "blockspec-heads,blockspec-norms")
+    code, out, err = run_cli("doctor", "--json")
+    report = json.loads(out)
+    assert code == 0 and err == ""
+    assert [(r["distribution"], r["components"]) for r in report["loaded"]] == [
+        ("blockspec", 1), ("blockspec-heads", 2), ("blockspec-norms", 2)]
+    assert {s["distribution"] for s in report["skipped"]} == {"blockspec-activations", "blockspec-positional"}
+    assert "BLOCKSPEC_PLUGINS = blockspec-heads,blockspec-norms" in report["policy"]
+    assert report["torch"].startswith("2.") and report["quarantined"] == []
+    assert [line.split(" (")[0] for line in report["unprobed"]] == ["head:classifier"]

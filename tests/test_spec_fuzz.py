@@ -505,3 +505,10 @@ def test_code_in_a_string_value_stays_a_string(tmp_path, warm_registry):
     with AUDIT.watch() as seen:
         spec = loads_spec(text, warm_registry)
     assert spec.model.name == payload and not marker.exists() and not seen
+
+
+@pytest.mark.parametrize("data", [[1, 2], "model", None, 3])
+def test_a_document_that_is_not_a_table_is_a_spec_error_at_the_root(data, registry):
+    with pytest.raises(SpecError) as caught:
+        structure_spec(data, registry, file=FILE)
+    assert [p.path for p in caught.value.problems] == ["$"]
