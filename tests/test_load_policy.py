@@ -13,12 +13,12 @@ import pytest
 from blockspec import SpecError, UnknownComponentError, load_registry, loads_spec
 from blockspec.catalogue import provider_of, shipped_registry_file
 from blockspec.cli import main as cli_main
-from blockspec.plugins import PluginPolicyWarning, PluginWarning
+from blockspec.plugins import PluginPolicyWarning, PluginWarning, discover
 from blockspec.policy import Policy, current_policy
 from .conftest import SPECS
 from .plugin_dists import FAULTS, InstalledDists, write_distribution
 
-FIRST_PARTY = ["blockspec-activations", "blockspec-heads", "blockspec-norms", "blockspec-positional"]
+INSTALLED = sorted({ep.dist.name for ep in discover()})  # first-party plugins, and the example third-party one
 GPT2 = (SPECS / "gpt2-small.toml").read_text(encoding="utf-8")
 
 
@@ -40,8 +40,8 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize(("policy", "loaded"), [
-    (Policy(), FIRST_PARTY),
-    (Policy(deny=("blockspec-heads",)), [d for d in FIRST_PARTY if d != "blockspec-heads"]),
+    (Policy(), INSTALLED),
+    (Policy(deny=("blockspec-heads",)), [d for d in INSTALLED if d != "blockspec-heads"]),
     (Policy(load="allowed", allow=("blockspec_norms",)), ["blockspec-norms"]),
     (Policy(load="allowed"), []),
     (Policy(selected=()), []),
@@ -51,7 +51,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 def test_policy_selects_distributions_and_deny_always_wins(policy, loaded):
     registry = load_registry(policy=policy)
     assert distributions(registry) == sorted(["blockspec", *loaded])  # the core's built-ins always load
-    assert sorted(s.distribution for s in registry.skipped) == sorted(set(FIRST_PARTY) - set(loaded))
+    assert sorted(s.distribution for s in registry.skipped) == sorted(set(INSTALLED) - set(loaded))
 
 
 def test_plugins_env_empty_loads_none_and_names_a_typo(monkeypatch):
@@ -69,7 +69,7 @@ def test_plugins_env_empty_loads_none_and_names_a_typo(monkeypatch):
 
 def test_a_deselected_broken_plugin_is_never_imported(tmp_path, monkeypatch):
     write_distribution(tmp_path, "aaa-exploding", "1.0", "exploding_plugin", FAULTS["system_exit"][0])
-    monkeypatch.setenv("BLOCKSPEC_PLUGINS", ",".join(FIRST_PARTY))
+    monkeypatch.setenv("BLOCKSPEC_PLUGINS", ",".join(INSTALLED))
     with InstalledDists(tmp_path), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PluginWarning)
         registry = load_registry()
@@ -163,7 +163,7 @@ def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
     assert code == 0 and err == ""
     assert [(r["distribution"], r["components"]) for r in report["loaded"]] == [
         ("blockspec", 1), ("blockspec-heads", 2), ("blockspec-norms", 2)]
-    assert {s["distribution"] for s in report["skipped"]} == {"blockspec-activations", "blockspec-positional"}
+    assert {s["distribution"] for s in report["skipped"]} == set(INSTALLED) - {"blockspec-heads", "blockspec-norms"}
     assert "BLOCKSPEC_PLUGINS = blockspec-heads,blockspec-norms" in report["policy"]
     assert report["torch"].startswith("2.") and report["quarantined"] == []
     assert [line.split(" (")[0] for line in report["unprobed"]] == ["head:classifier"]

@@ -169,7 +169,7 @@ def third_party_registry():
 
 def test_third_party_components_are_traced(third_party_registry):
     model = small_model(third_party_registry, positional={"use": "distance", "slope": 1.0},
-                        norm={"use": "scalenorm"})
+                        norm={"use": "test-dist:scalenorm"})  # blockspec-extras also provides one
     ids = ids_of(5)
     result = trace(model, ids)
     assert result.names() == ["tokens", "embedding", *block_stages(0, bias=True), *block_stages(1, bias=True),

@@ -25,9 +25,30 @@ SECTIONS: tuple[str, ...] = KINDS
 PROMISES = MappingProxyType(
     {
         "positional": frozenset({"additive", "rotary", "score_bias", "relative", "unbounded"}),
-        "norm": frozenset({"scale_invariant", "shift_invariant"}),
+        "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms"}),
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "classifier"}),
         "attention": frozenset({"causal"}),
+    }
+)
+
+# What each promise means, as the conformance kit (blockspec.testing) checks it.
+PROMISE_MEANINGS = MappingProxyType(
+    {
+        ("positional", "additive"): "embed() adds a (N, d) signal to the embeddings",
+        ("positional", "rotary"): "rotate() turns q and k by position, preserving norms",
+        ("positional", "score_bias"): "score_bias() adds to the attention scores",
+        ("positional", "relative"): "what position p+k gets is a fixed function of what p gets, for every p",
+        ("positional", "unbounded"): "max_positions is None: any position works",
+        ("norm", "scale_invariant"): "norm(c·x) == norm(x) for c > 0",
+        ("norm", "shift_invariant"): "norm(x + s) == norm(x) for a per-token constant s",
+        ("norm", "standardizes"): "freshly built: every token's output has mean 0 and variance 1",
+        ("norm", "unit_rms"): "freshly built: every token's output has root mean square 1",
+        ("activation", "elementwise"): "(..., d_ff) -> (..., d_ff), commutes with permuting features",
+        ("activation", "gated"): "(..., 2·d_ff) -> (..., d_ff); the module's ``gated`` flag is set",
+        ("head", "lm"): "(B, N, d) -> logits (B, N, |V|), token by token",
+        ("head", "tied"): "the output matrix is the token embedding's storage",
+        ("head", "classifier"): "(B, N, d) -> (B, C)",
+        ("attention", "causal"): "output at position i depends on positions <= i only",
     }
 )

@@ -42,5 +42,5 @@ def build_rmsnorm(config: RMSNormConfig, ctx: BuildContext):
 @hookimpl
 def blockspec_register(register) -> None:
     register("norm", "layernorm", LayerNormConfig, build_layernorm,
-             promises=("scale_invariant", "shift_invariant"))
-    register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant",))
+             promises=("scale_invariant", "shift_invariant", "standardizes"))
+    register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant", "unit_rms"))

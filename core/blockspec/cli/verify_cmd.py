@@ -1,0 +1,102 @@
+"""`blockspec verify`: run the conformance kit against installed components; exit 1 if a promise breaks."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from ..errors import BlockspecError
+from ..kinds import KINDS
+from ..registry import Registry
+from .common import print_json, print_table, registry_with_warnings
+
+CELLS = {"passed": "pass", "failed": "FAIL", "not applicable": "-"}
+
+
+class VerifyUsageError(BlockspecError, ValueError):
+    """verify was asked for something it cannot run (nothing selected, kit not installed)."""
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "verify", help="check installed components against the promises they declare (needs hypothesis)")
+    parser.add_argument("--distribution", metavar="NAME", help="only components of this distribution")
+    parser.add_argument("--component", metavar="KIND:NAME", help="only this component, e.g. norm:rmsnorm")
+    parser.add_argument("--max-examples", type=_positive, default=None, metavar="N",
+                        help="hypothesis examples per component x property "
+                             "(default: 25; whole-model checks run a quarter)")
+    parser.add_argument("--json", action="store_true", help="print a JSON array of results")
+    parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    _require_kit()
+    from ..testing.runner import DEFAULT_MAX_EXAMPLES, select, verify
+
+    registry = registry_with_warnings()
+    _check_selection(registry, args.distribution, args.component)
+    components = select(registry, distribution=args.distribution, component=args.component)
+    results = verify(components, max_examples=args.max_examples or DEFAULT_MAX_EXAMPLES)
+    if args.json:
+        print_json([r.as_dict() for r in results])
+    else:
+        _print(results)
+    return 0 if all(r.passed for r in results) else 1
+
+
+def _require_kit() -> None:
+    from ..testing import HYPOTHESIS_MISSING
+
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        raise VerifyUsageError(f"blockspec verify: {HYPOTHESIS_MISSING}") from None
+
+
+def _check_selection(registry: Registry, distribution: str | None, component: str | None) -> None:
+    """Nothing selected is a usage error with the choices, never an empty success."""
+    distributions = sorted({c.distribution for c in registry})
+    if distribution is not None and distribution not in distributions:
+        raise VerifyUsageError(f"--distribution: no registered component comes from {distribution!r}; "
+                               f"registered: {', '.join(distributions)}")
+    if component is None:
+        return
+    kind, sep, name = component.partition(":")
+    if not sep or kind not in KINDS or not name:
+        raise VerifyUsageError(f"--component: expected KIND:NAME with KIND one of {', '.join(KINDS)}, "
+                               f"found {component!r}")
+    if not registry.providers(kind, name):
+        close = registry.suggest(kind, name)
+        hint = f"; did you mean {kind}:{close}?" if close else ""
+        raise VerifyUsageError(f"--component: no {kind} named {name!r} is registered{hint}")
+
+
+def _print(results: Sequence) -> None:
+    for kind in KINDS:
+        rows = [r for r in results if r.component.kind == kind]
+        if rows:
+            _print_kind(kind, rows)
+    failures = [r for r in results if r.status == "failed"]
+    for result in failures:
+        print(f"\nFAIL {result.message}")
+        if result.example is not None:
+            print(f"  falsifying example: {result.example}")
+    counts = {s: sum(r.status == s for r in results) for s in CELLS}
+    print(f"\n{counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['not applicable']} not applicable (not promised)")
+
+
+def _print_kind(kind: str, rows: Sequence) -> None:
+    properties = list(dict.fromkeys(r.property for r in rows))
+    components = list(dict.fromkeys(r.component for r in rows))
+    cell = {(r.component, r.property): CELLS[r.status] for r in rows}
+    table = [(f"{kind}:{c.name}", c.distribution, *(cell.get((c, p), "") for p in properties)) for c in components]
+    print()
+    print_table(("COMPONENT", "DISTRIBUTION", *properties), table)

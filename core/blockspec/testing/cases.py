@@ -1,0 +1,47 @@
+"""What hypothesis draws for one property check: sizes, a config, a seed and a few knobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from attrs import frozen
+
+from ..spec import ModelConfig
+
+DTYPES = ("float32", "float64")
+
+
+@frozen(kw_only=True)
+class Case:
+    """One example: the model sizes, the component's config, and the inputs' seed and shape.
+
+    ``factor``, ``start`` and ``cut`` are knobs individual properties read: a scale
+    factor or shift, the first position, and the position after which inputs change.
+    """
+
+    model: ModelConfig
+    config: Any
+    batch: int = 2
+    tokens: int = 4
+    seed: int = 0
+    dtype: str = "float32"
+    factor: float = 2.0
+    start: int = 0
+    cut: int = 0
+
+    def __str__(self) -> str:
+        m = self.model
+        sizes = (f"d_model={m.d_model} n_heads={m.n_heads} n_kv_heads={m.kv_heads} d_ff={m.d_ff} "
+                 f"vocab_size={m.vocab_size} context_length={m.context_length} n_layers={m.n_layers} "
+                 f"bias={m.bias} norm_placement={m.norm_placement}")
+        knobs = (f"batch={self.batch} tokens={self.tokens} seed={self.seed} dtype={self.dtype} "
+                 f"factor={self.factor:g} start={self.start} cut={self.cut}")
+        return f"{sizes} config={self.config!r} {knobs}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form, for ``blockspec verify --json``."""
+        data = attrs.asdict(self, recurse=False)
+        data["model"] = attrs.asdict(self.model)
+        data["config"] = repr(self.config)
+        return data

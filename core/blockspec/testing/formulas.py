@@ -1,0 +1,44 @@
+"""Exact closed-form parameter counts: the chapter's 12·L·d² + |V|·d, without the rounding.
+
+The core's own modules (embedding, attention, FFN) have formulas here; a plugin
+component's share is whatever it holds when built on its own (a tied head holds
+nothing of its own).
+"""
+
+from __future__ import annotations
+
+from ..spec import ModelConfig
+
+
+def attention_parameters(model: ModelConfig) -> int:
+    """Fused qkv (d -> d + 2·kv·hs) and the output projection (d -> d), with biases if any."""
+    d, kv_width = model.d_model, 2 * model.kv_heads * model.head_dim
+    weights = d * (d + kv_width) + d * d
+    return weights + (d + kv_width + d if model.bias else 0)
+
+
+def ffn_parameters(model: ModelConfig, *, gated: bool) -> int:
+    """Up (d -> d_ff, or 2·d_ff when gated) and down (d_ff -> d), with biases if any."""
+    d, width = model.d_model, (2 if gated else 1) * model.d_ff
+    weights = d * width + model.d_ff * d
+    return weights + (width + d if model.bias else 0)
+
+
+def layernorm_parameters(model: ModelConfig, *, affine: bool = True, bias: bool = True) -> int:
+    return model.d_model * (int(affine) + int(affine and bias))
+
+
+def model_parameters(model: ModelConfig, *, positional: int, norm: int, attention: int, head: int,
+                     gated: bool) -> int:
+    """The exact count: embedding + positions + L·(attention + FFN + 2 norms) + final norm + head."""
+    block = attention + ffn_parameters(model, gated=gated) + 2 * norm
+    final = norm if model.has_final_norm else 0
+    return model.vocab_size * model.d_model + positional + model.n_layers * block + final + head
+
+
+def gpt2_parameters(model: ModelConfig) -> int:
+    """Learned positions, LayerNorm with bias, GELU, tied head: GPT-2's exact count."""
+    return model_parameters(
+        model, positional=model.context_length * model.d_model, norm=layernorm_parameters(model),
+        attention=attention_parameters(model), head=0, gated=False,
+    )

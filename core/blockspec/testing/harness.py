@@ -1,0 +1,120 @@
+"""Build one component in isolation and feed it the inputs its kind receives inside a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from attrs import frozen
+from hypothesis import assume
+from torch import nn
+
+from ..context import BuildContext
+from ..modules.positional import PositionalEncoding
+from ..registry import Component
+from .cases import Case
+
+
+@frozen
+class Built:
+    """A freshly built component, and the embedding its BuildContext offered (heads may tie to it)."""
+
+    module: nn.Module
+    embedding: nn.Embedding
+
+
+def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu") -> Built:
+    """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``."""
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        _seed(case.seed if seed is None else seed, device)
+        embedding = nn.Embedding(case.model.vocab_size, case.model.d_model)
+        module = component.build(case.config, BuildContext(model=case.model, embedding=embedding))
+    dtype = dtype_of(case)
+    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype))
+
+
+def _seed(seed: int, device: str) -> None:
+    """torch.manual_seed also seeds every accelerator, lazily and slowly; on the CPU one generator suffices."""
+    if torch.device(device).type in ("cpu", "meta"):
+        torch.random.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
+def dtype_of(case: Case) -> torch.dtype:
+    return getattr(torch, case.dtype)
+
+
+def generator(case: Case, offset: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(case.seed + offset)
+
+
+def normal(case: Case, *shape: int, offset: int = 0, device: str = "cpu") -> torch.Tensor:
+    """Standard normal inputs, reproducible from the case's seed, in its dtype."""
+    values = torch.randn(*shape, generator=generator(case, offset), dtype=torch.float64)
+    return values.to(device=device, dtype=dtype_of(case))
+
+
+def activation_width(module: nn.Module, case: Case) -> int:
+    """What the FFN feeds an activation: 2·d_ff when it says it is gated, d_ff otherwise."""
+    return 2 * case.model.d_ff if getattr(module, "gated", False) else case.model.d_ff
+
+
+def inputs(kind: str, module: nn.Module, case: Case, device: str = "cpu") -> tuple[torch.Tensor, ...]:
+    """The tensors a component of ``kind`` receives, shaped as the model would pass them."""
+    m, b, n = case.model, case.batch, case.tokens
+    if kind == "activation":
+        return (normal(case, b, n, activation_width(module, case), device=device),)
+    if kind == "positional":
+        q = normal(case, b, m.n_heads, n, m.head_dim, offset=1, device=device)  # (B, h, N, hs)
+        k = normal(case, b, m.kv_heads, n, m.head_dim, offset=2, device=device)  # (B, kv, N, hs)
+        return normal(case, b, n, m.d_model, device=device), q, k
+    return (normal(case, b, n, m.d_model, device=device),)  # norm, head, attention: (B, N, d)
+
+
+def outputs(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    """Run the component the way the model does; name each output."""
+    with torch.no_grad():
+        if kind == "positional":
+            return positional_outputs(module, case, *tensors)
+        if kind == "attention":
+            return {"output": module(tensors[0], PositionalEncoding(), case.start)}
+        return {"output": module(tensors[0])}
+
+
+def positional_outputs(module: nn.Module, case: Case, x, q, k) -> dict[str, Any]:
+    """Each hook the encoder says it uses: embed, rotate, score_bias (positions start..start+N-1)."""
+    found: dict[str, Any] = {}
+    start = clamp_start(module, case)
+    if getattr(module, "adds", False):
+        found["embed"] = module.embed(x, start)
+    if getattr(module, "rotates", False):
+        found["rotate.q"], found["rotate.k"] = module.rotate(q, k, start)
+    if getattr(module, "biases", False):
+        found["score_bias"] = module.score_bias(case.tokens, case.tokens, start)
+    return found
+
+
+def clamp_start(module: nn.Module, case: Case) -> int:
+    """The case's first position, pulled back inside a bounded encoder's table."""
+    limit = getattr(module, "max_positions", None)
+    if limit is None:
+        return case.start
+    return max(0, min(case.start, limit - case.tokens))
+
+
+def fits(module: nn.Module, case: Case) -> bool:
+    """Whether the case's sequence fits a bounded encoder at all."""
+    limit = getattr(module, "max_positions", None)
+    return limit is None or case.tokens <= limit
+
+
+def exercise(component: Component, case: Case, device: str = "cpu"):
+    """Build, make inputs, run: (built, inputs, outputs).
+
+    A sequence longer than a bounded encoder's table is not an example (hypothesis rejects it).
+    """
+    built = build_isolated(component, case, device=device)
+    assume(fits(built.module, case))
+    tensors = inputs(component.kind, built.module, case, device)
+    return built, tensors, outputs(component.kind, built.module, case, tensors)

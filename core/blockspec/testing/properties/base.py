@@ -1,0 +1,91 @@
+"""A property: a named check of one promise (or of every component), and the helpers checks share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from attrs import field, frozen
+from hypothesis.errors import HypothesisException
+
+from ...registry import Component
+from ..cases import Case
+from ..errors import NotApplicable, PropertyFailure
+
+Check = Callable[[Component, Case, str], None]
+
+
+def _default_cases(component: Component):
+    from ..strategies import cases
+
+    return cases(component)
+
+
+@frozen(kw_only=True)
+class Property:
+    """``check(component, case, device)`` raises AssertionError when the promise is broken.
+
+    ``kind`` None: every kind. ``promise`` None: every component of the kind.
+    ``when`` narrows further, for checks that depend on more than one promise.
+    Calling the property turns any failure into a PropertyFailure that names
+    the component, its distribution and the property.
+    """
+
+    name: str
+    summary: str
+    check: Check
+    kind: str | None = None
+    promise: str | None = None
+    when: Callable[[Component], bool] | None = None
+    share: float = 1.0  # fraction of max_examples to run: whole-model checks build two models per example
+    cases: Callable[[Component], object] = field(default=_default_cases)
+
+    def examples(self, max_examples: int) -> int:
+        """This property's share of an example budget; never fewer than 3 (or the budget, if smaller)."""
+        return max(min(3, max_examples), round(max_examples * self.share))
+
+    def concerns(self, component: Component) -> bool:
+        return self.kind in (None, component.kind)
+
+    def applies(self, component: Component) -> bool:
+        declared = self.promise is None or self.promise in component.promises
+        return self.concerns(component) and declared and (self.when is None or self.when(component))
+
+    def __call__(self, component: Component, case: Case, device: str = "cpu") -> None:
+        try:
+            self.check(component, case, device)
+        except (NotApplicable, HypothesisException, PropertyFailure):
+            raise
+        except AssertionError as error:
+            raise self.failure(component, str(error)) from error
+        except Exception as error:  # the component crashed: that breaks the promise too
+            raise self.failure(component, f"raised {type(error).__name__}: {error}") from error
+
+    def failure(self, component: Component, detail: str) -> PropertyFailure:
+        name = f"{component.kind}:{component.name}"
+        return PropertyFailure(name, f"{component.distribution} {component.version}", self.name, detail)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
+                 atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    """|actual - expected| <= atol + rtol·|expected| everywhere, or an AssertionError saying by how much."""
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise AssertionError(f"{what}: shape {tuple(actual.shape)} where {tuple(expected.shape)} was expected")
+    diff = (actual.double() - expected.double()).abs()
+    bound = atol + rtol * expected.double().abs()
+    if not bool((diff <= bound).all()):
+        worst = diff.nan_to_num(nan=float("inf")).max().item()
+        raise AssertionError(f"{what}: max |difference| {worst:.3g} exceeds {atol:g} + {rtol:g}·|expected|")
+
+
+def assert_shape(tensor: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
+    if tuple(tensor.shape) != tuple(expected):
+        raise AssertionError(f"{what}: expected shape {tuple(expected)}, found {tuple(tensor.shape)}")
+
+
+def assert_like(tensor: torch.Tensor, reference: torch.Tensor, what: str) -> None:
+    """Same dtype and device as the input it came from."""
+    if tensor.dtype != reference.dtype:
+        raise AssertionError(f"{what}: expected dtype {reference.dtype}, found {tensor.dtype}")
+    if tensor.device != reference.device:
+        raise AssertionError(f"{what}: expected device {reference.device}, found {tensor.device}")

@@ -1,0 +1,85 @@
+"""Heads: logits token by token (lm), the embedding's own storage (tied), one row per sequence (classifier)."""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+from ...registry import Component
+from ..cases import Case
+from ..harness import exercise, normal
+from ..strategies import sequences
+from .base import Property, assert_close, assert_like, assert_shape
+
+
+def check_contract(component: Component, case: Case, device: str) -> None:
+    """lm: (B, N, d) -> (B, N, |V|); classifier: (B, C) with C the same for every length."""
+    built, (x,), found = exercise(component, case, device)
+    out, b, n = found["output"], case.batch, case.tokens
+    assert_like(out, x, "head output")
+    if "lm" in component.promises:
+        assert_shape(out, (b, n, case.model.vocab_size), "lm head logits")
+    elif "classifier" in component.promises:
+        _check_classifier(built.module, out, case, device)
+    elif out.shape[:1] != (b,):
+        raise AssertionError(f"head output {tuple(out.shape)} does not start with the batch size {b}")
+
+
+def _check_classifier(module: torch.nn.Module, out: torch.Tensor, case: Case, device: str) -> None:
+    if out.dim() != 2 or out.shape[0] != case.batch:
+        raise AssertionError(f"classifier output: expected (B={case.batch}, C), found {tuple(out.shape)}")
+    longer = normal(case, case.batch, case.tokens + 1, case.model.d_model, offset=9, device=device)
+    with torch.no_grad():
+        other = module(longer)
+    assert_shape(other, tuple(out.shape), f"classifier output for {case.tokens + 1} tokens")
+
+
+def check_positionwise(component: Component, case: Case, device: str) -> None:
+    """Logits at position i depend on the hidden state at i only: changing later tokens changes nothing up to i."""
+    built, (x,), found = exercise(component, case, device)
+    changed = x.clone()
+    tail = normal(case, case.batch, case.tokens, case.model.d_model, offset=11, device=device)
+    changed[:, case.cut + 1:] = tail[:, case.cut + 1:]  # (B, N, d): positions after cut replaced
+    with torch.no_grad():
+        out = built.module(changed)
+    keep = case.cut + 1
+    assert_close(out[:, :keep], found["output"][:, :keep],
+                 f"logits at positions 0..{case.cut} after changing positions {keep}..", atol=1e-5, rtol=1e-5)
+
+
+def ties(component: Component, config: object) -> bool:
+    """Tied always when promised; otherwise as a boolean ``tied`` config field says."""
+    return "tied" in component.promises or getattr(config, "tied", False) is True
+
+
+def _has_tied_field(component: Component) -> bool:
+    """neither promises 'tied' nor has a 'tied' config field"""
+    return "tied" in component.promises or "tied" in attrs.fields_dict(component.config_cls)
+
+
+def check_tied(component: Component, case: Case, device: str) -> None:
+    """Tied: the head holds the embedding's matrix itself (same storage). Untied: its own copy."""
+    built, (x,), found = exercise(component, case, device)
+    weight = built.embedding.weight
+    shared = [name for name, p in built.module.named_parameters() if p.data_ptr() == weight.data_ptr()]
+    if not ties(component, case.config):
+        if shared:
+            raise AssertionError(f"configured untied, but {shared} share storage with the token embedding")
+        return
+    if not shared:
+        raise AssertionError("no parameter of the head shares storage with the token embedding's weight")
+    with torch.no_grad():
+        weight.mul_(2.0)
+        after = built.module(x)
+    if torch.equal(after, found["output"]):
+        raise AssertionError("doubling the embedding matrix left the logits unchanged")
+
+
+HEAD = (
+    Property(name="contract", kind="head", check=check_contract,
+             summary="lm: (B, N, |V|); classifier: (B, C); dtype and device kept"),
+    Property(name="positionwise", cases=sequences, kind="head", promise="lm", check=check_positionwise,
+             summary="logits at i see only position i (no future leak)"),
+    Property(name="tied", kind="head", when=_has_tied_field, check=check_tied,
+             summary="tied (promised, or config tied = true) shares the embedding's storage; untied does not"),
+)

@@ -1,0 +1,115 @@
+"""Whole models around one component (reference partners elsewhere): shapes, causality, exact counts."""
+
+from __future__ import annotations
+
+import attrs
+import torch
+
+from ...assemble import build
+from ...kinds import KINDS
+from ...registry import Component
+from ..cases import Case
+from ..formulas import model_parameters
+from ..harness import build_isolated
+from ..reference import ReferenceConfig, partner, solo_spec
+from ..strategies import sequences
+from .base import Property, assert_close, assert_shape
+
+
+def solo_model(component: Component, case: Case, device: str, *, meta: bool = False):
+    spec, registry = solo_spec(component, case.config, case.model)
+    return build(spec, registry=registry, seed=case.seed, device="meta" if meta else device,
+                 dtype=getattr(torch, case.dtype))
+
+
+def token_ids(case: Case, device: str, offset: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(case.seed + offset)
+    return torch.randint(case.model.vocab_size, (case.batch, case.tokens), generator=gen).to(device)  # (B, N)
+
+
+def check_model_shapes(component: Component, case: Case, device: str) -> None:
+    """Every tensor from the embedding to the output layer is (B, N, d_model)."""
+    model = solo_model(component, case, device)
+    seen: list[tuple[str, torch.Tensor]] = []
+    watched = [("embedding", model.embedding), ("final_norm", model.final_norm)]
+    for index, block in enumerate(model.blocks):
+        watched += [(f"blocks.{index}", block)] + [(f"blocks.{index}.{n}", c) for n, c in block.named_children()
+                                                   if n != "drop"]
+    hooks = [module.register_forward_hook(lambda _m, _i, out, name=name: seen.append((name, out)))
+             for name, module in watched]
+    try:
+        with torch.no_grad():
+            logits = model(token_ids(case, device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    expected = (case.batch, case.tokens, case.model.d_model)
+    for name, tensor in seen:
+        assert_shape(tensor, expected, f"model tensor {name}")
+    if component.kind != "head" or "lm" in component.promises:
+        assert_shape(logits, (case.batch, case.tokens, case.model.vocab_size), "model logits")
+
+
+def check_model_causal(component: Component, case: Case, device: str) -> None:
+    """Changing tokens after position i leaves the logits at 0..i unchanged, through the whole stack."""
+    model = solo_model(component, case, device)
+    ids = token_ids(case, device)
+    changed = ids.clone()
+    changed[:, case.cut + 1:] = token_ids(case, device, offset=13)[:, case.cut + 1:]  # (B, N)
+    with torch.no_grad():
+        before, after = model(ids), model(changed)
+    keep = case.cut + 1
+    assert_close(after[:, :keep], before[:, :keep],
+                 f"logits at 0..{case.cut} after changing tokens {keep}..", atol=1e-5, rtol=1e-5)
+
+
+def check_model_parameters(component: Component, case: Case, device: str) -> None:
+    """Meta-device count == real count == the closed form (core formulas + each component's own share)."""
+    meta = _count(solo_model(component, case, device, meta=True))
+    real_model = solo_model(component, case, device)
+    real = _count(real_model)
+    gated = bool(getattr(real_model.blocks[0].ffn.act, "gated", False)) if len(real_model.blocks) else False
+    shares = {kind: own_parameters(_part(component, kind), case) for kind in KINDS}
+    formula = model_parameters(case.model, positional=shares["positional"], norm=shares["norm"],
+                               attention=shares["attention"], head=shares["head"], gated=gated)
+    if not meta == real == formula:
+        raise AssertionError(f"parameter counts disagree: meta device {meta:,}, built {real:,}, "
+                             f"closed form {formula:,} (component shares {shares})")
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # parameters() yields a tied matrix once
+
+
+def _part(component: Component, kind: str) -> tuple[Component, object]:
+    return (component, None) if component.kind == kind else (partner(kind), ReferenceConfig())
+
+
+def own_parameters(part: tuple[Component, object], case: Case) -> int:
+    """What a component holds when built alone, minus anything that is the embedding's."""
+    component, config = part
+    solo = case if config is None else attrs.evolve(case, config=config)
+    built = build_isolated(component, solo, device="meta")
+    embedding = built.embedding.weight
+    return sum(p.numel() for p in built.module.parameters() if p is not embedding)
+
+
+def _causal_applies(component: Component) -> bool:
+    """a causal model needs an 'lm' head and 'causal' attention"""
+    if component.kind == "head":
+        return "lm" in component.promises
+    if component.kind == "attention":
+        return "causal" in component.promises
+    return True
+
+
+MODEL_SHARE = 0.25  # a whole model per example: a quarter of the budget, sizes are what varies
+
+MODEL = (
+    Property(name="model_shapes", check=check_model_shapes, share=MODEL_SHARE,
+             summary="in a model: every tensor from embedding to output layer is (B, N, d)"),
+    Property(name="model_causal", cases=sequences, check=check_model_causal, when=_causal_applies, share=MODEL_SHARE,
+             summary="in a model: logits up to i ignore tokens after i"),
+    Property(name="model_parameters", check=check_model_parameters, share=MODEL_SHARE,
+             summary="in a model: meta count == built count == closed form"),
+)

@@ -1,0 +1,127 @@
+"""Run the declared properties of registered components; collect passed / failed / not applicable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from attrs import frozen
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis.reporting import with_reporter
+
+from ..registry import Component, Registry
+from .cases import Case
+from .errors import NotApplicable, PropertyFailure
+from .properties import Property, properties_for
+
+Status = Literal["passed", "failed", "not applicable"]
+DEFAULT_MAX_EXAMPLES = 25
+
+
+@frozen(kw_only=True)
+class Result:
+    """One component x property cell; ``example`` is hypothesis' shrunk falsifying case."""
+
+    component: Component
+    property: str
+    status: Status
+    message: str = ""
+    example: Case | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status != "failed"
+
+    def as_dict(self) -> dict[str, Any]:
+        c = self.component
+        return {"kind": c.kind, "name": c.name, "distribution": c.distribution, "version": c.version,
+                "property": self.property, "status": self.status, "message": self.message,
+                "example": self.example.as_dict() if self.example else None,
+                "example_text": str(self.example) if self.example else None}
+
+
+def select(registry: Registry, *, distribution: str | None = None, component: str | None = None) -> list[Component]:
+    """Components by distribution and/or ``kind:name``; an empty choice is the caller's to report."""
+    kind, _, name = (component or "").partition(":")
+    return [c for c in registry
+            if distribution in (None, c.distribution) and (component is None or (c.kind, c.name) == (kind, name))]
+
+
+def verify(components: Iterable[Component], *, max_examples: int | None = None, device: str = "cpu",
+           only: Iterable[str] | None = None) -> list[Result]:
+    """Every property that concerns each component, in table order; ``only`` limits to named properties."""
+    wanted = set(only) if only is not None else None
+    return [
+        check(component, prop, max_examples=max_examples, device=device)
+        for component in components
+        for prop in properties_for(component.kind)
+        if wanted is None or prop.name in wanted
+    ]
+
+
+def check(component: Component, prop: Property, *, max_examples: int | None = None,
+          device: str = "cpu") -> Result:
+    """Run one property with hypothesis; a failure comes back with the shrunk example that shows it."""
+    if not prop.applies(component):
+        return Result(component=component, property=prop.name, status="not applicable",
+                      message=_undeclared(component, prop))
+    failing: list[Case] = []
+    test = _hypothesis_test(component, prop, failing, max_examples, device)
+    try:
+        with with_reporter(lambda _text: None), one_thread():
+            test()
+    except NotApplicable as error:
+        return Result(component=component, property=prop.name, status="not applicable", message=str(error))
+    except PropertyFailure as error:
+        return Result(component=component, property=prop.name, status="failed", message=str(error),
+                      example=failing[-1] if failing else None)
+    except Exception as error:  # hypothesis itself gave up (e.g. no valid example): a failure to report
+        detail = f"could not be checked: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        return Result(component=component, property=prop.name, status="failed",
+                      message=str(prop.failure(component, detail)))
+    return Result(component=component, property=prop.name, status="passed")
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """The kit's tensors are tiny: one intra-op thread avoids waking a thread pool per operation.
+
+    On a busy machine this makes the checks about ten times faster; the setting is restored after.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _hypothesis_test(component: Component, prop: Property, failing: list[Case], max_examples: int | None,
+                     device: str):
+    budget = max_examples if max_examples is not None else settings.default.max_examples
+    configured = settings(max_examples=prop.examples(budget), deadline=None, database=None, derandomize=True,
+                          verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+                          suppress_health_check=list(HealthCheck))
+
+    @configured
+    @given(prop.cases(component))
+    def run(case: Case) -> None:
+        try:
+            prop(component, case, device)
+        except PropertyFailure:
+            failing.append(case)  # hypothesis replays the shrunk example last
+            raise
+
+    return run
+
+
+def _undeclared(component: Component, prop: Property) -> str:
+    if prop.promise is not None and prop.promise not in component.promises:
+        return f"{component.kind}:{component.name} does not promise {prop.promise!r}"
+    if prop.when is not None and prop.when.__doc__:
+        return f"{component.kind}:{component.name}: {prop.when.__doc__.strip()}"
+    return f"does not apply to {component.kind}:{component.name}"

@@ -1,0 +1,157 @@
+"""Public hypothesis strategies: model sizes, component configs, token batches, whole specs.
+
+Sizes stay small on purpose: a property that holds is checked in milliseconds, and
+hypothesis shrinks a failure towards the smallest model that shows it.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal
+
+import attrs
+from hypothesis import strategies as st
+
+from ..errors import FieldError
+from ..kinds import SECTIONS
+from ..registry import Component, Registry
+from ..spec import ComponentSpec, ModelConfig, ModelSpec
+from .cases import DTYPES, Case
+
+HEAD_COUNTS = (1, 2, 4)
+HEAD_DIMS = (2, 4, 8)
+VOCAB_SIZES = (2, 3, 11, 40)
+CONTEXT_LENGTHS = (2, 5, 16)
+# A few sizes rather than every integer: each new tensor shape costs PyTorch a
+# kernel set-up on first use, and the properties do not depend on exact sizes.
+
+
+@st.composite
+def model_configs(draw, *, max_layers: int = 2) -> ModelConfig:
+    """A valid [model] table: d_model = n_heads · head_dim with an even head_dim (RoPE needs one)."""
+    n_heads = draw(st.sampled_from(HEAD_COUNTS))
+    head_dim = draw(st.sampled_from(HEAD_DIMS))
+    kv_choices = [k for k in range(1, n_heads + 1) if n_heads % k == 0]
+    return ModelConfig(
+        name="hypothesis",
+        vocab_size=draw(st.sampled_from(VOCAB_SIZES)),
+        context_length=draw(st.sampled_from(CONTEXT_LENGTHS)),
+        d_model=n_heads * head_dim,
+        n_layers=draw(st.integers(0, max_layers)),
+        n_heads=n_heads,
+        n_kv_heads=draw(st.sampled_from(kv_choices)),
+        d_ff=draw(st.sampled_from([1, 3, 4 * n_heads * head_dim])),
+        bias=draw(st.booleans()),
+        norm_placement=draw(st.sampled_from(["pre", "post"])),
+    )
+
+
+def field_values(field: attrs.Attribute, hint: Any) -> st.SearchStrategy:
+    """Values for one config field, from its type; numbers stay near their default."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        return st.none() | field_values(field, inner)
+    default = None if field.default is attrs.NOTHING else field.default
+    if isinstance(default, attrs.Factory):
+        default = default.factory()
+    if hint is bool:
+        return st.booleans()
+    if hint is int:
+        return st.sampled_from(_near_int(default)) if default is not None else st.integers(1, 8)
+    if hint is float:
+        return st.sampled_from([default * 0.5, default, default * 2.0]) if default else st.floats(0.5, 2.0)
+    if default is not None:
+        return st.just(default)
+    raise TypeError(f"no strategy for field {field.name!r} of type {hint!r}; pass one in overrides=")
+
+
+def _near_int(default: int) -> list[int]:
+    return sorted({max(default // 2, 1), default, default * 2}) if default > 0 else [default]
+
+
+def configs(config_cls: type, overrides: dict[str, st.SearchStrategy] | None = None) -> st.SearchStrategy:
+    """Instances of a component's frozen attrs config class, drawn field by field.
+
+    Draws that the class's own validators refuse are rejected, so every value is valid.
+    """
+    hints = typing.get_type_hints(config_cls)
+    overrides = overrides or {}
+    fields = {
+        f.name: overrides.get(f.name) or field_values(f, hints.get(f.name, Any))
+        for f in attrs.fields(config_cls) if f.init
+    }
+    return st.fixed_dictionaries(fields).map(lambda kw: _construct(config_cls, kw)).filter(
+        lambda c: c is not None)
+
+
+def _construct(config_cls: type, values: dict[str, Any]) -> Any:
+    try:
+        return config_cls(**values)
+    except (FieldError, ValueError, TypeError):
+        return None
+
+
+@st.composite
+def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 6, max_batch: int = 3) -> Case:
+    """One example for a property of ``component``: sizes, config, inputs' seed and knobs.
+
+    ``cut`` < tokens - 1 whenever there are two tokens, so "change what comes after cut" changes something.
+    """
+    model = draw(model_configs())
+    tokens = draw(st.integers(min(min_tokens, model.context_length), min(max_tokens, model.context_length)))
+    return Case(
+        model=model,
+        config=draw(configs(component.config_cls)),
+        batch=draw(st.integers(1, max_batch)),
+        tokens=tokens,
+        seed=draw(st.integers(0, 2**16)),
+        dtype=draw(st.sampled_from(DTYPES)),
+        factor=draw(st.sampled_from([0.5, 2.0, 3.0, 10.0, 100.0]) | st.floats(0.5, 100.0)),
+        start=draw(st.integers(0, 3 * model.context_length)),
+        cut=draw(st.integers(0, max(tokens - 2, 0))),
+    )
+
+
+def sequences(component: Component):
+    """Cases with at least two tokens: for checks that change the later ones."""
+    return cases(component, min_tokens=2)
+
+
+@st.composite
+def token_batches(draw, vocab_size: int, *, max_batch: int = 3, max_tokens: int = 8):
+    """A (B, N) LongTensor of token ids below ``vocab_size``."""
+    import torch
+
+    batch, tokens = draw(st.integers(1, max_batch)), draw(st.integers(1, max_tokens))
+    ids = draw(st.lists(st.integers(0, vocab_size - 1), min_size=batch * tokens, max_size=batch * tokens))
+    return torch.tensor(ids, dtype=torch.long).view(batch, tokens)  # (B, N)
+
+
+def component_specs(registry: Registry, kind: str, *, where=None) -> st.SearchStrategy:
+    """A ComponentSpec for one of the registry's components of ``kind`` (filtered by ``where``)."""
+    choices = [c for c in registry if c.kind == kind and (where is None or where(c))]
+    if not choices:
+        raise ValueError(f"the registry has no {kind} component to draw from")
+    return st.sampled_from(choices).flatmap(lambda c: configs(c.config_cls).map(
+        lambda config, c=c: ComponentSpec(kind=kind, name=c.name, config=config,
+                                          distribution=_pin(registry, c))))
+
+
+def _pin(registry: Registry, component: Component) -> str | None:
+    """Pin the distribution only where two plugins provide the same name."""
+    return component.distribution if len(registry.providers(component.kind, component.name)) > 1 else None
+
+
+@st.composite
+def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrategy | None = None) -> ModelSpec:
+    """A whole valid ModelSpec whose components come from ``registry``.
+
+    ``where(component)`` narrows the choice (e.g. only heads that promise "lm").
+    """
+    config = draw(model if model is not None else model_configs())
+    parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
+    return ModelSpec(model=config, **parts)

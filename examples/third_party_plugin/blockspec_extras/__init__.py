@@ -1,0 +1,56 @@
+"""blockspec-extras: ALiBi position bias, ScaleNorm and squared ReLU.
+
+Written only against blockspec's public API, the way any outside plugin would be.
+Configs stay torch-free, so discovering the plugin (``blockspec list``) is cheap;
+the modules load when a component is built.
+"""
+
+from __future__ import annotations
+
+from attrs import field, frozen, validators
+
+from blockspec import BuildContext, hookimpl
+
+BLOCKSPEC_API = 1
+
+
+@frozen(kw_only=True)
+class ALiBiConfig:
+    """ALiBi (Press et al. 2022): no position vectors; each head's scores fall linearly with distance."""
+
+
+@frozen(kw_only=True)
+class ScaleNormConfig:
+    """ScaleNorm (Nguyen & Salazar 2019): g·x/||x|| with one learned scalar g, initialised to sqrt(d)."""
+
+    eps: float = field(default=1e-5, validator=validators.gt(0.0))
+
+
+@frozen(kw_only=True)
+class SquaredReLUConfig:
+    """Squared ReLU (So et al. 2021, Primer): relu(x)²."""
+
+
+def build_alibi(config: ALiBiConfig, ctx: BuildContext):
+    from .alibi import ALiBi
+
+    return ALiBi(ctx.model.n_heads)
+
+
+def build_scalenorm(config: ScaleNormConfig, ctx: BuildContext):
+    from .scalenorm import ScaleNorm
+
+    return ScaleNorm(ctx.model.d_model, eps=config.eps)
+
+
+def build_squared_relu(config: SquaredReLUConfig, ctx: BuildContext):
+    from .squared_relu import SquaredReLU
+
+    return SquaredReLU()
+
+
+@hookimpl
+def blockspec_register(register) -> None:
+    register("positional", "alibi", ALiBiConfig, build_alibi, promises=("score_bias", "relative", "unbounded"))
+    register("norm", "scalenorm", ScaleNormConfig, build_scalenorm, promises=("scale_invariant", "unit_rms"))
+    register("activation", "squared_relu", SquaredReLUConfig, build_squared_relu, promises=("elementwise",))

@@ -1,0 +1,13 @@
+"""Squared ReLU, Primer's FFN activation."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from blockspec.modules.activation import Activation
+
+
+class SquaredReLU(Activation):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x).square()
