@@ -48,7 +48,9 @@ FAULTS = {
                          "unknown kind 'normalisation'", False),
     "shape_contract": ("@hookimpl\ndef blockspec_register(register):\n"
                        "    register('norm', 'shrinknorm', TinyConfig, build_shrink)\n"
-                       "def build_shrink(config, ctx):\n    from torch import nn\n    return nn.Linear(ctx.model.d_model, 3)",
+                       "def build_shrink(config, ctx):\n"
+                       "    from torch import nn\n"
+                       "    return nn.Linear(ctx.model.d_model, 3)",
                        "norm:shrinknorm breaks the norm shape contract", True),
 }
 

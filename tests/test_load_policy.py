@@ -15,6 +15,7 @@ from blockspec.catalogue import provider_of, shipped_registry_file
 from blockspec.cli import main as cli_main
 from blockspec.plugins import PluginPolicyWarning, PluginWarning, discover
 from blockspec.policy import Policy, current_policy
+
 from .conftest import SPECS
 from .plugin_dists import FAULTS, InstalledDists, write_distribution
 

@@ -34,6 +34,7 @@ from blockspec import SpecError, load_spec, loads_spec, spec_to_dict, structure_
 from blockspec.cli import main as cli_main
 from blockspec.convert import TOP_LEVEL
 from blockspec.toml_guard import MAX_LINE_CHARS, MAX_NESTING
+
 from .conftest import SPECS
 
 FILE = "fuzz.toml"
