@@ -73,6 +73,27 @@ def test_positions_past_a_learned_table_fail_before_any_kernel(model, n_tokens, 
     assert f"positions up to {start + n_tokens - 1}" in str(caught.value) and f"0..{CONTEXT - 1}" in str(caught.value)
 
 
+def kv_cache_class():
+    """The training issue's KV cache, once it is on this branch; the tests below skip until then."""
+    cache_class = getattr(blockspec, "KVCache", None)
+    if cache_class is None:
+        pytest.skip("blockspec.KVCache is not on this branch yet (the training issue adds it)")
+    return cache_class
+
+
+@pytest.mark.parametrize("cache_length", [CONTEXT + 4, CONTEXT])
+def test_a_kv_cache_step_past_the_learned_table_fails_before_any_kernel(model, cache_length):
+    cache = kv_cache_class().for_model(model, batch_size=1, max_length=cache_length)
+    with torch.no_grad():
+        model(ids(CONTEXT), cache=cache)  # the prompt fills every learned position
+    log, token = KernelLog(), ids(1)
+    with torch.no_grad(), log, pytest.raises(ContextLengthError) as caught:
+        model(token, start=CONTEXT, cache=cache)
+    assert log.ops == [], f"kernels ran before the error: {log.ops[:5]}"
+    assert f"positions up to {CONTEXT}" in str(caught.value)
+    assert cache.length == CONTEXT  # the refused step left the cache as it was
+
+
 def test_the_kernel_log_does_see_a_forward_pass(model):
     log, tokens = KernelLog(), ids(CONTEXT)
     with torch.no_grad(), log:
