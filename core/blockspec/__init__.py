@@ -31,6 +31,7 @@ from .tokenizer import CharTokenizer, TokenizerError
 if TYPE_CHECKING:
     from . import debug
     from .assemble import build
+    from .checkpoint import load, save
     from .counting import ParameterCount, count_parameters, estimate_parameters
     from .modules.transformer import Transformer
     from .trace import Stage, Trace, TraceError
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 _LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
 _LAZY = {
     "build": ".assemble",
+    "load": ".checkpoint",
+    "save": ".checkpoint",
     "count_parameters": ".counting",
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
@@ -89,10 +92,12 @@ __all__ = [
     "estimate_parameters",
     "hookimpl",
     "hookspec",
+    "load",
     "load_registry",
     "load_spec",
     "loads_spec",
     "make_plugin_manager",
+    "save",
     "spec_to_dict",
     "structure_spec",
     "trace",

@@ -9,9 +9,19 @@ from collections.abc import Sequence
 
 from ..catalogue import REGISTRY_ENV, registry_file_override
 from ..errors import BlockspecError
-from . import check_cmd, doctor_cmd, explore_cmd, list_cmd, show_cmd, trace_cmd, verify_cmd
+from . import (
+    check_cmd,
+    doctor_cmd,
+    explore_cmd,
+    export_cmd,
+    import_cmd,
+    list_cmd,
+    show_cmd,
+    trace_cmd,
+    verify_cmd,
+)
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, doctor_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd, doctor_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

@@ -6,14 +6,14 @@ import argparse
 
 import attrs
 
-from ..convert import load_spec
+from ..sources import load_spec_or_checkpoint
 from ..summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
 from .common import print_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("show", help="show the assembled model: modules, shapes, parameters")
-    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     parser.add_argument("--tree", action="store_true",
                         help="the resolved component tree: every module, its provider, parameters and shape")
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     if args.tree:
         return _run_tree(args, registry)
-    summary = summarize(load_spec(args.spec, registry), registry)
+    summary = summarize(load_spec_or_checkpoint(args.spec, registry), registry)
     if args.json:
         print_json(_as_json(summary))
     else:
@@ -73,7 +73,7 @@ def _cells(row: ModuleRow) -> tuple[str, ...]:
 
 
 def _run_tree(args: argparse.Namespace, registry) -> int:
-    spec = load_spec(args.spec, registry)
+    spec = load_spec_or_checkpoint(args.spec, registry)
     tree = component_tree(spec, registry)
     if args.json:
         print_json({"name": spec.model.name, "tree": _tree_json(tree)})

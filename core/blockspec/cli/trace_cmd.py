@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..convert import load_spec
 from ..errors import BlockspecError
 from ..tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
 from .common import print_json, print_table, registry_with_warnings
@@ -29,7 +28,7 @@ def add_parser(subparsers) -> None:
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """SPEC, --weights, --seed and the input; shared with `blockspec explore`."""
-    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     parser.add_argument("--weights", metavar="FILE", help="safetensors weights; default: random, from --seed")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     source = parser.add_mutually_exclusive_group(required=True)
@@ -50,16 +49,20 @@ class Prepared:
 
 def prepare(args: argparse.Namespace) -> Prepared:
     from ..assemble import build
+    from ..sources import load_model, load_spec_or_checkpoint, source_kind
     from ..weights_file import load_weights
 
-    spec = load_spec(args.spec, registry_with_warnings())
+    registry = registry_with_warnings()
+    spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
     ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
-    model = build(spec, seed=args.seed)
+    has_weights = source_kind(args.spec) != "spec"
+    model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
     if args.weights:
         load_weights(model, args.weights)
     model.eval()
     labels = [label_of(tokenizer, i) for i in ids]
-    weights = args.weights or f"random (seed {args.seed}; pass --weights FILE for trained ones)"
+    weights = args.weights or (str(args.spec) if has_weights else
+                               f"random (seed {args.seed}; pass --weights FILE for trained ones)")
     return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
 
 

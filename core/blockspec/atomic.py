@@ -1,0 +1,92 @@
+"""Writing a whole directory atomically: a kill at any moment leaves the old or the new one.
+
+The new directory is written next to the target (same file system), every file and the
+directory are fsynced, then it takes the target's place in one step: ``rename`` when the
+target does not exist, Linux's ``renameat2(RENAME_EXCHANGE)`` when it does. Where the
+exchange is unavailable the old directory is first renamed to ``.<name>.previous``;
+``previous_of`` names it, so a reader can fall back to it if a kill hit between the renames.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+AT_FDCWD = -100
+RENAME_EXCHANGE = 2
+_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
+
+
+@contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield an empty temporary directory; on a clean exit it atomically becomes ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield staging
+        sync_tree(staging)
+        _install(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def previous_of(target: Path) -> Path:
+    """Where the old directory waits while the fallback swap is under way."""
+    return target.parent / f".{target.name}.previous"
+
+
+def sync_tree(root: Path) -> None:
+    """fsync every file, then every directory bottom-up, so the rename publishes durable data."""
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync_path(Path(directory) / name, os.O_RDONLY)
+        _fsync_path(Path(directory), os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync_path(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _install(staging: Path, target: Path) -> None:
+    if not os.path.lexists(target):
+        os.rename(staging, target)
+    elif exchange(staging, target):
+        shutil.rmtree(staging)  # staging now holds the old directory
+    else:
+        _swap_with_backup(staging, target)
+    _fsync_path(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _swap_with_backup(staging: Path, target: Path) -> None:
+    backup = previous_of(target)
+    if backup.exists():
+        shutil.rmtree(backup)
+    os.rename(target, backup)
+    os.rename(staging, target)
+    shutil.rmtree(backup)
+
+
+def exchange(first: Path, second: Path) -> bool:
+    """Atomically swap two paths; False where the OS or file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    result = renameat2(AT_FDCWD, os.fsencode(first), AT_FDCWD, os.fsencode(second), RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code), str(second))

@@ -1,0 +1,38 @@
+"""`blockspec export-hf`: a blockspec checkpoint -> a directory transformers' from_pretrained loads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .common import registry_with_warnings
+from .import_cmd import HF_PREFIX
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("export-hf", help="export a checkpoint to the Hugging Face layout")
+    parser.add_argument("checkpoint", metavar="CKPT", help="blockspec checkpoint directory")
+    parser.add_argument("--out", required=True, metavar="DIR", help="directory to write")
+    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..checkpoint import load, read_checkpoint_manifest, read_extra_file
+    from ..errors import CheckpointError
+    from ..interop import export_hf
+
+    registry = registry_with_warnings()
+    model = load(args.checkpoint, registry=registry)
+    names = [n for n in read_checkpoint_manifest(args.checkpoint).files if n.startswith(HF_PREFIX)]
+    carried = {n.removeprefix(HF_PREFIX): read_extra_file(args.checkpoint, n) for n in names}
+    base = None
+    if "config.json" in carried:
+        try:
+            base = json.loads(carried.pop("config.json"))
+        except ValueError as error:
+            raise CheckpointError(f"{args.checkpoint}: {HF_PREFIX}config.json: not valid JSON: {error}") from None
+    export_hf(model, args.out, base_config=base, extra_files=carried, overwrite=args.force)
+    kept = ", ".join(sorted(carried)) or "none"
+    print(f"exported {args.checkpoint} -> {args.out}  (config.json, model.safetensors; carried files: {kept})")
+    return 0

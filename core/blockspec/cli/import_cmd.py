@@ -1,0 +1,41 @@
+"""`blockspec import-hf`: a local Hugging Face model directory -> a blockspec checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import registry_with_warnings
+
+DTYPES = ("keep", "float32", "bfloat16", "float16")
+HF_PREFIX = "hf/"  # where the original config and tokenizer files travel inside the checkpoint
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("import-hf", help="import a Hugging Face GPT-2 or Llama-family directory")
+    parser.add_argument("directory", metavar="DIR", help="local directory with config.json and model.safetensors")
+    parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint directory to write")
+    parser.add_argument("--dtype", choices=DTYPES, default="keep", help="convert the weights (default: keep)")
+    parser.add_argument("--allow-pickle", action="store_true",
+                        help="read pytorch_model.bin if there is no safetensors file (torch.load, weights_only)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..checkpoint import save
+    from ..interop import import_hf
+    from ..interop.hf_dir import carried_files
+
+    registry = registry_with_warnings()
+    source = Path(args.directory)
+    dtype = None if args.dtype == "keep" else getattr(torch, args.dtype)
+    model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
+    carried = {HF_PREFIX + name: data for name, data in carried_files(source).items()}
+    save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried)
+    count = sum(p.numel() for p in model.parameters())
+    kept = ", ".join(sorted(carried)) or "none"
+    print(f"imported {source} -> {args.out}  ({model.spec.model.name}: {count:,} parameters, "
+          f"{next(model.parameters()).dtype}; carried files: {kept})")
+    return 0

@@ -1,0 +1,8 @@
+"""Interoperation with Hugging Face checkpoints: GPT-2 and the Llama family, both directions."""
+
+from __future__ import annotations
+
+from .hf_export import export_hf
+from .hf_import import import_hf, spec_from_hf
+
+__all__ = ["export_hf", "import_hf", "spec_from_hf"]

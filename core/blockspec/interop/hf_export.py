@@ -1,0 +1,73 @@
+"""blockspec Transformer -> a Hugging Face directory that ``from_pretrained`` loads as the same model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..atomic import atomic_directory
+from ..errors import CheckpointError
+from ..manifest import check_file_name
+from ..modules.transformer import Transformer
+from ..safetensors_file import write_file
+from ..weights import unique_state
+from . import hf_config
+from .families import FAMILIES, family_for
+from .hf_dir import CONFIG, SAFETENSORS
+from .rope_layout import interleaved_state_as_half
+from .weight_map import to_hf
+
+
+def export_hf(
+    model: Transformer,
+    directory: str | Path,
+    *,
+    base_config: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write config.json + model.safetensors (and ``extra_files``, e.g. the tokenizer) atomically.
+
+    ``base_config`` is the original config.json of an imported model: its keys that do not
+    describe the architecture (token ids, generation settings) are kept. An interleaved-RoPE
+    model is exported with its q/k rows permuted to Hugging Face's half layout.
+    """
+    spec = model.spec
+    family = family_for(spec)
+    target = Path(directory)
+    _refuse_existing(target, overwrite)
+    state = unique_state(model)
+    if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
+        state = interleaved_state_as_half(state, spec.model)
+    tensors = to_hf(FAMILIES[family].rules(spec), state)
+    dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
+    config = hf_config.hf_config(spec, family, dtype=dtype, base=dict(base_config or {}))
+    with atomic_directory(target) as staging:
+        for name, data in _side_files(extra_files).items():
+            (staging / name).write_bytes(data)
+        (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
+    return target
+
+
+def _refuse_existing(target: Path, overwrite: bool) -> None:
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_dir() and not target.is_symlink() and (overwrite or not any(target.iterdir())):
+        return
+    hint = "pass overwrite=True (--force) to replace it" if target.is_dir() else "it is not a directory"
+    raise CheckpointError(f"{target}: already exists; {hint}")
+
+
+def _side_files(extra_files: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    files = {}
+    for name, data in (extra_files or {}).items():
+        if name in (CONFIG, SAFETENSORS) or "/" in name:
+            continue
+        try:
+            files[check_file_name(name)] = bytes(data)
+        except ValueError as error:
+            raise CheckpointError(f"extra_files: {error}") from None
+    return files

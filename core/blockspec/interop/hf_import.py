@@ -1,0 +1,90 @@
+"""Hugging Face directory -> blockspec Transformer, with every weight accounted for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..convert import structure_spec
+from ..errors import CheckpointError, SpecError
+from ..modules.transformer import Transformer
+from ..registry import Registry
+from ..spec import ModelSpec
+from ..weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
+from . import hf_config
+from .families import FAMILIES
+from .hf_dir import CONFIG, WeightSource, open_weights, read_config
+from .weight_map import Rule, hf_shapes, origin, to_blockspec
+
+
+def import_hf(
+    directory: str | Path,
+    *,
+    registry: Registry | None = None,
+    allow_pickle: bool = False,
+    dtype: torch.dtype | None = None,
+) -> Transformer:
+    """Read a local Hugging Face model directory (GPT-2 or Llama family) as a blockspec model.
+
+    The spec comes from config.json; the weights from model.safetensors (a pickle only with
+    ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in eval mode.
+    """
+    from ..assemble import build
+    from ..plugins import load_registry
+
+    directory = Path(directory)
+    registry = registry if registry is not None else load_registry()
+    spec, family = spec_from_hf(directory, registry)
+    with open_weights(directory, allow_pickle=allow_pickle) as source:
+        names = _normalized_names(source, family, spec, directory)
+        check_layer_count(names, family.LAYER_INDEX, spec.model.n_layers, str(directory), str(directory / CONFIG))
+        rules = family.rules(spec)  # O(n_layers): only once the file has shown it holds that many
+        meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
+        _check(rules, meta_state, source, names, str(directory))
+        model = build(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
+        _fill(model, rules, lambda name: source.read(names[name]))
+    model = model.to(dtype=dtype) if dtype is not None else model
+    return model.eval()
+
+
+def spec_from_hf(directory: Path, registry: Registry) -> tuple[ModelSpec, object]:
+    """The spec a Hugging Face directory's config.json describes, and its weight-map family."""
+    config = read_config(directory)
+    file = str(directory / CONFIG)
+    family = FAMILIES[hf_config.ARCHITECTURES[hf_config.architecture(config, file)]]
+    document = hf_config.spec_dict(config, file=file, name=directory.resolve().name or "imported")
+    try:
+        return structure_spec(document, registry, file=file), family
+    except SpecError as error:
+        raise CheckpointError(f"{file}: describes an invalid blockspec model:\n{error}") from None
+
+
+def _normalized_names(source: WeightSource, family, spec: ModelSpec, directory: Path) -> dict[str, str]:
+    """Canonical Hugging Face name -> the name in the file, dropping what transformers ignores too."""
+    names: dict[str, str] = {}
+    for name in source.shapes:
+        canonical = family.normalize_name(name)
+        if family.ignored(canonical, spec):
+            continue
+        if canonical in names:
+            raise CheckpointError(f"{directory}: tensor {name!r}: stored twice (also as {names[canonical]!r})")
+        names[canonical] = name
+    return names
+
+
+def _check(rules: list[Rule], meta_state, source: WeightSource, names: dict[str, str], file: str) -> None:
+    uncovered = sorted(set(meta_state) - {rule.target for rule in rules})
+    if uncovered:
+        raise CheckpointError(f"{file}: no Hugging Face weight maps to {', '.join(uncovered)}; "
+                              "the spec's components differ from what this importer knows")
+    feeds = origin(rules)
+    found = {canonical: source.shapes[stored] for canonical, stored in names.items()}
+    check_shapes(hf_shapes(rules, meta_state), found, file, lambda name: f" (-> {feeds[name]})")
+
+
+def _fill(model: Transformer, rules: list[Rule], read) -> None:
+    state = unique_state(model)
+    with torch.no_grad():
+        for rule in rules:
+            state[rule.target].copy_(to_blockspec([rule], read)[rule.target])
