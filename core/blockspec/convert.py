@@ -24,7 +24,7 @@ from .policy import normalize
 from .registry import Component, Registry
 from .spec import ComponentSpec, ModelConfig, ModelSpec
 
-DEFAULT_ATTENTION = "causal"
+DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
 TOP_LEVEL = ("model", *SECTIONS)
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib does not enforce it
 
