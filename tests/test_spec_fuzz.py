@@ -107,7 +107,7 @@ def warm_registry(registry):
     for path in sorted(SPECS.glob("*.toml")):
         load_spec(path, registry)
     from blockspec.catalogue import catalogue
-    from blockspec.convert import _CONVERTER
+    from blockspec.strict import CONVERTER as _CONVERTER
 
     catalogue()  # read once from the package's data, then cached
     for component in registry:

@@ -3,115 +3,23 @@
 from __future__ import annotations
 
 import difflib
-import json
-import math
-import re
-import reprlib
 import tomllib
-import typing
 from pathlib import Path
-from typing import Any, Literal
-
-import attrs
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from typing import Any
 
 from . import toml_guard, toml_text
-from .catalogue import catalogue, provider_of
-from .errors import FieldError, Problem, SpecError, UnknownComponentError
+from .catalogue import provider_of
+from .errors import Problem, SpecError, UnknownComponentError
 from .kinds import SECTIONS
 from .policy import normalize
 from .registry import Component, Registry
+from .problems import did_you_mean, flatten, install_hint, join, locate
 from .spec import ComponentSpec, ModelConfig, ModelSpec
+from .strict import CONVERTER, SHORT, describe
 
 DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
 TOP_LEVEL = ("model", *SECTIONS)
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib does not enforce it
 
-
-def _strict_converter() -> cattrs.Converter:
-    """No silent coercion ("false" -> True, 64.9 -> 64) and no ignored keys."""
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    converter.register_structure_hook(int, _structure_int)
-    converter.register_structure_hook(float, _structure_float)
-    converter.register_structure_hook(bool, _structure_bool)
-    converter.register_structure_hook(str, _structure_str)
-    converter.register_structure_hook_func(_is_literal, _structure_literal)
-    return converter
-
-
-class _ShortRepr(reprlib.Repr):
-    """reprlib with small limits; huge ints are described, not printed (str() refuses 4300+ digits)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxlevel, self.maxstring, self.maxother = 2, 60, 60
-        self.maxlist = self.maxdict = self.maxtuple = self.maxset = 4
-
-    def repr_int(self, value: int, level: int) -> str:
-        bits = value.bit_length()
-        return f"<{bits}-bit integer>" if bits > 64 else repr(value)
-
-
-_SHORT = _ShortRepr()
-
-
-def _found(value: Any) -> str:
-    """A bounded description: a 10,000-deep or megabyte value must not blow up a message."""
-    return f"{type(value).__name__} {_SHORT.repr(value)}"
-
-
-def _structure_int(value: Any, _: type) -> int:
-    if type(value) is not int:
-        raise TypeError(f"expected an integer, found {_found(value)}")
-    _check_int64(value)
-    return value
-
-
-def _check_int64(value: int) -> None:
-    if not INT_MIN <= value <= INT_MAX:
-        raise ValueError("expected an integer in [-2**63, 2**63 - 1] (TOML integers are 64-bit), "
-                         f"found a {value.bit_length()}-bit integer")
-
-
-def _structure_float(value: Any, _: type) -> float:
-    """Ints are accepted only where the float is exact; inf and nan never are."""
-    if type(value) not in (int, float):
-        raise TypeError(f"expected a number, found {_found(value)}")
-    if type(value) is int:
-        _check_int64(value)
-        if float(value) != value:
-            raise ValueError(f"expected a number a float holds exactly, found int {value}; write it as a float")
-    if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, found {_found(value)}")
-    return float(value)
-
-
-def _structure_bool(value: Any, _: type) -> bool:
-    if type(value) is not bool:
-        raise TypeError(f"expected true or false, found {_found(value)}")
-    return value
-
-
-def _structure_str(value: Any, _: type) -> str:
-    if type(value) is not str:
-        raise TypeError(f"expected a string, found {_found(value)}")
-    return value
-
-
-def _is_literal(tp: Any) -> bool:
-    return typing.get_origin(tp) is Literal
-
-
-def _structure_literal(value: Any, tp: Any) -> Any:
-    choices = typing.get_args(tp)
-    if type(value) not in {type(c) for c in choices} or value not in choices:
-        listed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"expected one of {listed}, found {_found(value)}")
-    return value
-
-
-_CONVERTER = _strict_converter()
 
 
 # ---------------------------------------------------------------- loading
@@ -180,7 +88,7 @@ def structure_spec(
 
         registry = load_registry()
     if not isinstance(data, dict):
-        raise SpecError(Problem(file=file, path="$", message=f"expected a table of tables, found {_found(data)}"))
+        raise SpecError(Problem(file=file, path="$", message=f"expected a table of tables, found {describe(data)}"))
     reader = _SpecReader(registry, file, text)
     return reader.read(data)
 
@@ -205,16 +113,16 @@ class _SpecReader:
         return ModelSpec(model=model, source=self.file, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
-        line = _locate(self.text, path) if self.text else None
+        line = locate(self.text, path) if self.text else None
         self.problems.append(Problem(file=self.file, path=path, line=line, message=message, hint=hint))
 
     def _check_tables(self, data: dict[str, Any]) -> None:
         for key in data:
             if key not in TOP_LEVEL:
-                self.problem(_join("$", key), f"unknown table [{_SHORT.repr(key)}]", _did_you_mean(key, TOP_LEVEL))
+                self.problem(join("$", key), f"unknown table [{SHORT.repr(key)}]", did_you_mean(key, TOP_LEVEL))
         for key in TOP_LEVEL:
             if key in data and not isinstance(data[key], dict):
-                self.problem(f"$.{key}", f"expected a table [{key}], found {_found(data[key])}")
+                self.problem(f"$.{key}", f"expected a table [{key}], found {describe(data[key])}")
 
     def _model(self, table: Any) -> ModelConfig | None:
         if table is None:
@@ -248,10 +156,10 @@ class _SpecReader:
     def _resolve(self, kind: str, use: Any, fields: dict[str, Any]) -> Component | None:
         path = f"$.{kind}.use"
         if not isinstance(use, str):
-            found = "nothing" if use is None else _found(use)
+            found = "nothing" if use is None else describe(use)
             names = ", ".join(repr(n) for n in self.registry.names(kind)) or "none installed"
             typo = difflib.get_close_matches("use", [k for k in fields if isinstance(k, str)], n=1, cutoff=0.5)
-            hint = f"found the key {_SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
+            hint = f"found the key {SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
             self.problem(path, f"expected the name of a {kind} ({names}), found {found}", hint)
             return None
         distribution, _, name = use.rpartition(":")
@@ -284,7 +192,7 @@ class _SpecReader:
         if provider:
             cause = self._quarantine_cause(provider)
             message = f"{kind} {name!r} is not installed" + (f" ({cause})" if cause else "")
-            self.problem(path, message, f"install the distribution {provider}{_install_hint(provider)}")
+            self.problem(path, message, f"install the distribution {provider}{install_hint(provider)}")
             return
         suggestion = self.registry.suggest(kind, name)
         hint = None
@@ -307,9 +215,9 @@ class _SpecReader:
 
     def _structure(self, table: dict[str, Any], cls: type, path: str) -> Any:
         try:
-            return _CONVERTER.structure(table, cls)
+            return CONVERTER.structure(table, cls)
         except Exception as error:  # a plugin's validator may raise anything; it becomes a located problem
-            for where, message, hint in _flatten(error, path, cls):
+            for where, message, hint in flatten(error, path, cls):
                 self.problem(where, message, hint)
             return None
 
@@ -333,88 +241,14 @@ def _oversized(model: ModelConfig) -> list[tuple[str, str]]:
     ]
 
 
-def _flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
-    """cattrs' exception groups -> (path, message, hint) triples."""
-    if isinstance(error, (ClassValidationError, IterableValidationError)):
-        found = []
-        for inner in error.exceptions:
-            found += _flatten(inner, _inner_path(inner, path), getattr(error, "cl", cls))
-        return found
-    if isinstance(error, ForbiddenExtraKeysError):
-        allowed = [a.name for a in attrs.fields(error.cl)]
-        return [
-            (_join(path, key), f"unknown key {_SHORT.repr(key)}", _did_you_mean(key, allowed) or _allowed(allowed))
-            for key in sorted(error.extra_fields)
-        ]
-    if isinstance(error, KeyError):
-        return [(path, "missing required key", None)]
-    if isinstance(error, FieldError):
-        return [(_join(path, error.field), error.message, None)]
-    if isinstance(error, (ValueError, TypeError)):
-        return [(path, str(error) or type(error).__name__, None)]
-    owner = getattr(cls, "__qualname__", "the config")
-    return [(path, f"{owner} raised {type(error).__name__}: {_SHORT.repr(str(error))}", None)]
-
-
-def _inner_path(inner: BaseException, path: str) -> str:
-    for note in getattr(inner, "__notes__", ()):
-        name = getattr(note, "name", None)
-        if name is not None:
-            return _join(path, name) if isinstance(name, str) else f"{path}[{name}]"
-    return path
-
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _join(path: str, key: Any) -> str:
-    """``$.model.d_ff``; keys that are not bare TOML keys are quoted: ``$.model["a b"]``."""
-    text = str(key)
-    if _BARE_KEY.fullmatch(text):
-        return f"{path}.{text}"
-    return f"{path}[{json.dumps(text[:60] + ('...' if len(text) > 60 else ''))}]"
-
-
-def _install_hint(distribution: str) -> str:
-    folder = catalogue().get(distribution, {}).get("path")
-    source = f", or ./{folder} in a blockspec checkout" if folder else ""
-    return f" (pip install {distribution}{source})"
-
-
-def _did_you_mean(word: str, choices: Any) -> str | None:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
-
-
-def _allowed(names: list[str]) -> str:
-    return "allowed keys: " + ", ".join(names) if names else "this component takes no keys besides use"
-
-
-def _locate(text: str, path: str) -> int | None:
-    """Best-effort line number of ``$.table.key`` in the TOML text."""
-    parts = path.removeprefix("$.").split(".")
-    header = f"[{parts[0]}]"
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith(header)), None)
-    if start is None or len(parts) == 1:
-        return None if start is None else start + 1
-    for i in range(start + 1, len(lines)):
-        stripped = lines[i].strip()
-        if stripped.startswith("["):
-            break
-        if stripped.split("=", 1)[0].strip() == parts[1]:
-            return i + 1
-    return start + 1
-
-
 # ---------------------------------------------------------------- dumping
 
 
 def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     """The plain-dict form of a spec: what tomllib would give for its TOML."""
-    document = {"model": _drop_none(_CONVERTER.unstructure(spec.model))}
+    document = {"model": _drop_none(CONVERTER.unstructure(spec.model))}
     for part in spec.components():
-        document[part.kind] = {"use": part.use, **_drop_none(_CONVERTER.unstructure(part.config))}
+        document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
     return document
 
 
