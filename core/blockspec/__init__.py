@@ -15,6 +15,7 @@ from .errors import (
     BlockspecError,
     CheckpointError,
     ContextLengthError,
+    NonFiniteError,
     PluginError,
     Problem,
     RegistrationError,
@@ -28,6 +29,7 @@ from .spec import ComponentSpec, ModelConfig, ModelSpec
 from .tokenizer import CharTokenizer, TokenizerError
 
 if TYPE_CHECKING:
+    from . import debug
     from .assemble import build
     from .checkpoint import load, save
     from .counting import ParameterCount, count_parameters, estimate_parameters
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from .modules.transformer import Transformer
     from .trace import Stage, Trace, TraceError
 
+_LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
 _LAZY = {
     "build": ".assemble",
     "load": ".checkpoint",
@@ -55,6 +58,8 @@ def __getattr__(name: str):
         return import_module(".trace", __name__)
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
+    if name in _LAZY_MODULES:
+        return import_module(_LAZY_MODULES[name], __name__)
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
 
 
@@ -70,6 +75,7 @@ __all__ = [
     "KVCache",
     "ModelConfig",
     "ModelSpec",
+    "NonFiniteError",
     "ParameterCount",
     "PluginError",
     "Problem",
@@ -84,6 +90,7 @@ __all__ = [
     "UnknownComponentError",
     "build",
     "count_parameters",
+    "debug",
     "dump_spec",
     "estimate_parameters",
     "hookimpl",
