@@ -231,3 +231,19 @@ def test_a_kill_at_any_step_leaves_the_old_or_the_new_checkpoint(gpt2, registry,
         outcomes.add("old" if is_old else "new")
     assert len(steps) >= 5 and outcomes <= {"old", "new"}
     assert "old" in outcomes
+
+
+def test_staging_left_by_a_killed_writer_is_removed_by_the_next_save(gpt2, registry, tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    target = tmp_path / "ckpt"
+    stale = tmp_path / f".ckpt.tmp-{dead.stdout.strip()}-abc"
+    live = tmp_path / f".ckpt.tmp-{os.getpid()}-xyz"  # a writer still running keeps its staging
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"partial")
+    save(gpt2, target)
+    assert not stale.exists() and live.exists()
+    assert torch.equal(load(target, registry=registry).embedding.weight, gpt2.embedding.weight)

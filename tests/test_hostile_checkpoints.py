@@ -279,7 +279,10 @@ def test_a_billion_layer_spec_is_refused_before_building(pristine, registry):
     files, original = pristine
     forged = files["spec.toml"].replace(b"n_layers = 2", b"n_layers = 1000000000")
     outcome = attempt("spec edit (re-signed)", {**files, "spec.toml": forged}, registry, original, resign=True)
-    assert "n_layers = 1000000000, but" in outcome and "holds the weights of 2 layers" in outcome
+    assert "$.model.n_layers: expected a number in [0, 1024], found 1000000000" in outcome
+    forged = files["spec.toml"].replace(b"n_layers = 2", b"n_layers = 1000")  # within the schema's bound
+    outcome = attempt("spec edit (re-signed)", {**files, "spec.toml": forged}, registry, original, resign=True)
+    assert "n_layers = 1000, but" in outcome and "holds the weights of 2 layers" in outcome
 
 
 # ---------------------------------------------------------------- Hugging Face directories (no manifest)
@@ -331,11 +334,13 @@ def test_hostile_hugging_face_configs(hf_files, registry, key, value):
 
 
 def test_a_billion_layer_config_is_refused_before_building(hf_files, registry, tmp_path):
-    config = {**json.loads(hf_files["config.json"]), "n_layer": 10**9}
-    (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "model.safetensors").write_bytes(hf_files["model.safetensors"])
-    with hang_guard(HANG_GUARD_S), pytest.raises(CheckpointError, match="n_layers = 1000000000, but .* 2 layers"):
-        import_hf(tmp_path, registry=registry)
+    for n_layer, refusal in [(10**9, r"\$\.model\.n_layers: expected a number in \[0, 1024\], found 1000000000"),
+                             (1000, "n_layers = 1000, but .* 2 layers")]:
+        config = {**json.loads(hf_files["config.json"]), "n_layer": n_layer}
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        with hang_guard(HANG_GUARD_S), pytest.raises(CheckpointError, match=refusal):
+            import_hf(tmp_path, registry=registry)
 
 
 # ---------------------------------------------------------------- pickles never run

@@ -59,7 +59,7 @@ def test_defaults_fill_in(registry):
     spec = blockspec.loads_spec(BASE, registry)
     assert spec.model.bias is True and spec.model.norm_placement == "pre"
     assert spec.model.kv_heads == 4 and spec.model.head_dim == 16
-    assert spec.attention.name == "causal" and spec.attention.distribution is None
+    assert spec.attention.name == "causal" and spec.attention.distribution == "blockspec"  # the built-in, pinned
     assert spec.norm.config.eps == 1e-5
 
 
@@ -75,6 +75,7 @@ def test_defaults_fill_in(registry):
         ("n_heads = 4", "n_heads = 5", "$.model.n_heads", "expected a divisor of d_model=64, found 5"),
         ("n_heads = 4", "n_heads = 4\nn_kv_heads = 3", "$.model.n_kv_heads", "expected a divisor of n_heads=4, found 3"),
         ("d_ff = 256", "d_ff = -1", "$.model.d_ff", "expected a positive integer, found -1"),
+        ("n_layers = 2", "n_layers = 1025", "$.model.n_layers", "expected a number in [0, 1024], found 1025"),
         ('name = "t"', 'name = "t"\ndropout = 1.5', "$.model.dropout", "expected a number in [0.0, 1.0)"),
         ("n_heads = 4", "n_haeds = 4\nn_heads = 4", "$.model.n_haeds", "unknown key 'n_haeds'"),
         ('use = "gelu"', 'use = "gelu"\napproximate = "fast"', "$.activation.approximate", "expected one of 'none', 'tanh'"),

@@ -15,6 +15,7 @@ from .errors import (
     BlockspecError,
     CheckpointError,
     ContextLengthError,
+    NonFiniteError,
     PluginError,
     Problem,
     RegistrationError,
@@ -28,12 +29,15 @@ from .spec import ComponentSpec, ModelConfig, ModelSpec
 from .tokenizer import CharTokenizer, TokenizerError
 
 if TYPE_CHECKING:
+    from . import debug
     from .assemble import build
     from .checkpoint import load, save
     from .counting import ParameterCount, count_parameters, estimate_parameters
+    from .modules.kv_cache import KVCache
     from .modules.transformer import Transformer
     from .trace import Stage, Trace, TraceError
 
+_LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
 _LAZY = {
     "build": ".assemble",
     "load": ".checkpoint",
@@ -42,6 +46,7 @@ _LAZY = {
     "estimate_parameters": ".counting",
     "ParameterCount": ".counting",
     "Transformer": ".modules.transformer",
+    "KVCache": ".modules.kv_cache",
     "Stage": ".trace",
     "Trace": ".trace",
     "TraceError": ".trace",
@@ -53,6 +58,8 @@ def __getattr__(name: str):
         return import_module(".trace", __name__)
     if name in _LAZY:
         return getattr(import_module(_LAZY[name], __name__), name)
+    if name in _LAZY_MODULES:
+        return import_module(_LAZY_MODULES[name], __name__)
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
 
 
@@ -65,8 +72,10 @@ __all__ = [
     "Component",
     "ComponentSpec",
     "ContextLengthError",
+    "KVCache",
     "ModelConfig",
     "ModelSpec",
+    "NonFiniteError",
     "ParameterCount",
     "PluginError",
     "Problem",
@@ -81,6 +90,7 @@ __all__ = [
     "UnknownComponentError",
     "build",
     "count_parameters",
+    "debug",
     "dump_spec",
     "estimate_parameters",
     "hookimpl",

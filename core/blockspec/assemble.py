@@ -101,7 +101,7 @@ class _Assembler:
                                     message=f"{part.kind} {part.use!r} is not available in this registry"))
         try:
             module = component.build(part.config, ctx)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, RuntimeError, OverflowError) as error:  # torch refuses sizes with these
             raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}",
                                     message=f"{component.qualified_name} cannot be built: {error}")) from error
         self.provenance[path] = component

@@ -27,7 +27,8 @@ _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, err
 def atomic_directory(target: Path) -> Iterator[Path]:
     """Yield an empty temporary directory; on a clean exit it atomically becomes ``target``."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    remove_stale_staging(target)
+    staging = Path(tempfile.mkdtemp(prefix=f"{_staging_prefix(target)}{os.getpid()}-", dir=target.parent))
     try:
         yield staging
         sync_tree(staging)
@@ -35,6 +36,31 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_prefix(target: Path) -> str:
+    return f".{target.name}.tmp-"
+
+
+def remove_stale_staging(target: Path) -> list[Path]:
+    """Delete staging directories of writers that were killed: their process no longer exists."""
+    removed = []
+    for staging in target.parent.glob(f"{_staging_prefix(target)}*"):
+        pid_text = staging.name.removeprefix(_staging_prefix(target)).split("-", 1)[0]
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            shutil.rmtree(staging, ignore_errors=True)
+            removed.append(staging)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
 
 
 def previous_of(target: Path) -> Path:

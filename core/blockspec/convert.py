@@ -4,77 +4,22 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import attrs
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
-
-from . import toml_text
-from .catalogue import catalogue, provider_of
-from .errors import FieldError, Problem, SpecError, UnknownComponentError
+from . import toml_guard, toml_text
+from .catalogue import provider_of
+from .errors import Problem, SpecError, UnknownComponentError
 from .kinds import SECTIONS
+from .policy import normalize
 from .registry import Component, Registry
+from .problems import did_you_mean, flatten, install_hint, join, locate
 from .spec import ComponentSpec, ModelConfig, ModelSpec
+from .strict import CONVERTER, SHORT, describe
 
-DEFAULT_ATTENTION = "causal"
+DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
 TOP_LEVEL = ("model", *SECTIONS)
 
-
-def _strict_converter() -> cattrs.Converter:
-    """No silent coercion ("false" -> True, 64.9 -> 64) and no ignored keys."""
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    converter.register_structure_hook(int, _structure_int)
-    converter.register_structure_hook(float, _structure_float)
-    converter.register_structure_hook(bool, _structure_bool)
-    converter.register_structure_hook(str, _structure_str)
-    converter.register_structure_hook_func(_is_literal, _structure_literal)
-    return converter
-
-
-def _found(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"
-
-
-def _structure_int(value: Any, _: type) -> int:
-    if type(value) is not int:
-        raise TypeError(f"expected an integer, found {_found(value)}")
-    return value
-
-
-def _structure_float(value: Any, _: type) -> float:
-    if type(value) not in (int, float):
-        raise TypeError(f"expected a number, found {_found(value)}")
-    return float(value)
-
-
-def _structure_bool(value: Any, _: type) -> bool:
-    if type(value) is not bool:
-        raise TypeError(f"expected true or false, found {_found(value)}")
-    return value
-
-
-def _structure_str(value: Any, _: type) -> str:
-    if type(value) is not str:
-        raise TypeError(f"expected a string, found {_found(value)}")
-    return value
-
-
-def _is_literal(tp: Any) -> bool:
-    return typing.get_origin(tp) is Literal
-
-
-def _structure_literal(value: Any, tp: Any) -> Any:
-    choices = typing.get_args(tp)
-    if type(value) not in {type(c) for c in choices} or value not in choices:
-        listed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"expected one of {listed}, found {_found(value)}")
-    return value
-
-
-_CONVERTER = _strict_converter()
 
 
 # ---------------------------------------------------------------- loading
@@ -83,30 +28,50 @@ _CONVERTER = _strict_converter()
 def load_spec(path: str | Path, registry: Registry | None = None) -> ModelSpec:
     """Read, parse and validate a TOML spec file; every problem is reported at once."""
     path = Path(path)
+    return loads_spec(_read_text(path), registry, file=str(path))
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text; reads at most one byte past the size limit."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            data = stream.read(toml_guard.MAX_SPEC_BYTES + 1)
     except OSError as error:
-        raise SpecError(Problem(file=str(path), message=f"cannot read spec: {error.strerror}")) from None
+        raise SpecError(Problem(file=str(path), message=f"cannot read spec: {error.strerror or error}")) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise SpecError(Problem(file=str(path), message=f"not UTF-8 text: {error.reason}")) from None
-    return loads_spec(text, registry, file=str(path))
+        line, column = toml_guard.line_and_column(data.decode("utf-8", "replace"), _char_offset(data, error.start))
+        raise SpecError(Problem(file=str(path), line=line, column=column,
+                                message=f"not UTF-8 text: byte 0x{data[error.start]:02x} is {error.reason}")) from None
+
+
+def _char_offset(data: bytes, byte_offset: int) -> int:
+    return len(data[:byte_offset].decode("utf-8", "replace"))
 
 
 def loads_spec(text: str, registry: Registry | None = None, *, file: str | None = None) -> ModelSpec:
+    """Parse and validate TOML text; ``file`` names it in messages."""
+    toml_guard.check_text(text, file)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        raise SpecError(_syntax_problem(error, file)) from None
+        raise SpecError(_syntax_problem(error, file, text)) from None
+    except RecursionError:  # the guard bounds nesting; these two are the parser's own limits, kept as backstops
+        raise SpecError(Problem(file=file, line=1, message="invalid TOML: nested too deeply")) from None
+    except ValueError as error:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise SpecError(Problem(file=file, line=1, message=f"invalid TOML: {str(error)[:120]}")) from None
     return structure_spec(data, registry, file=file, text=text)
 
 
-def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None) -> Problem:
+def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None, text: str) -> Problem:
     message = str(error)
-    line = column = None
+    line, column = toml_guard.line_and_column(text, len(text))  # tomllib says "(at end of document)"
     if "(at line " in message:
         message, _, where = message.rpartition(" (at line ")
         line_text, _, column_text = where.rstrip(")").partition(", column ")
         line, column = int(line_text), int(column_text)
+    message = message.removesuffix(" (at end of document)")
     return Problem(file=file, line=line, column=column, message=f"invalid TOML: {message}")
 
 
@@ -122,6 +87,8 @@ def structure_spec(
         from .plugins import load_registry
 
         registry = load_registry()
+    if not isinstance(data, dict):
+        raise SpecError(Problem(file=file, path="$", message=f"expected a table of tables, found {describe(data)}"))
     reader = _SpecReader(registry, file, text)
     return reader.read(data)
 
@@ -146,22 +113,26 @@ class _SpecReader:
         return ModelSpec(model=model, source=self.file, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
-        line = _locate(self.text, path) if self.text else None
+        line = locate(self.text, path) if self.text else None
         self.problems.append(Problem(file=self.file, path=path, line=line, message=message, hint=hint))
 
     def _check_tables(self, data: dict[str, Any]) -> None:
         for key in data:
             if key not in TOP_LEVEL:
-                self.problem(f"$.{key}", f"unknown table [{key}]", _did_you_mean(key, TOP_LEVEL))
+                self.problem(join("$", key), f"unknown table [{SHORT.repr(key)}]", did_you_mean(key, TOP_LEVEL))
         for key in TOP_LEVEL:
             if key in data and not isinstance(data[key], dict):
-                self.problem(f"$.{key}", f"expected a table [{key}], found {_found(data[key])}")
+                self.problem(f"$.{key}", f"expected a table [{key}], found {describe(data[key])}")
 
     def _model(self, table: Any) -> ModelConfig | None:
         if table is None:
             self.problem("$.model", "missing required table [model]")
             return None
-        return self._structure(table, ModelConfig, "$.model") if isinstance(table, dict) else None
+        model = self._structure(table, ModelConfig, "$.model") if isinstance(table, dict) else None
+        oversized = _oversized(model) if model is not None else []
+        for field_name, message in oversized:
+            self.problem(f"$.model.{field_name}", message, "is this size a typo?")
+        return None if oversized else model
 
     def _component(self, kind: str, table: Any) -> ComponentSpec | None:
         if table is None and kind == "attention":
@@ -173,7 +144,7 @@ class _SpecReader:
             return None
         fields = dict(table)
         use = fields.pop("use", None)
-        component = self._resolve(kind, use)
+        component = self._resolve(kind, use, fields)
         if component is None:
             return None
         config = self._structure(fields, component.config_cls, f"$.{kind}")
@@ -182,12 +153,14 @@ class _SpecReader:
         pinned = component.distribution if ":" in use else None
         return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config)
 
-    def _resolve(self, kind: str, use: Any) -> Component | None:
+    def _resolve(self, kind: str, use: Any, fields: dict[str, Any]) -> Component | None:
         path = f"$.{kind}.use"
         if not isinstance(use, str):
-            found = "nothing" if use is None else _found(use)
+            found = "nothing" if use is None else describe(use)
             names = ", ".join(repr(n) for n in self.registry.names(kind)) or "none installed"
-            self.problem(path, f"expected the name of a {kind} ({names}), found {found}")
+            typo = difflib.get_close_matches("use", [k for k in fields if isinstance(k, str)], n=1, cutoff=0.5)
+            hint = f"found the key {SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
+            self.problem(path, f"expected the name of a {kind} ({names}), found {found}", hint)
             return None
         distribution, _, name = use.rpartition(":")
         providers = self.registry.providers(kind, name)
@@ -211,10 +184,15 @@ class _SpecReader:
             others = ", ".join(c.distribution for c in self.registry.providers(kind, name))
             self.problem(path, f"{kind} {name!r} is not provided by {distribution!r}", f"it is provided by {others}")
             return
+        skipped = self._skipped(provider) if provider else None
+        if skipped:
+            self.problem(path, f"{kind} {name!r} is not loaded: {provider} {skipped.reason}",
+                         "select it with BLOCKSPEC_PLUGINS or the registry file's [policy]")
+            return
         if provider:
             cause = self._quarantine_cause(provider)
             message = f"{kind} {name!r} is not installed" + (f" ({cause})" if cause else "")
-            self.problem(path, message, f"install the distribution {provider}{_install_hint(provider)}")
+            self.problem(path, message, f"install the distribution {provider}{install_hint(provider)}")
             return
         suggestion = self.registry.suggest(kind, name)
         hint = None
@@ -225,79 +203,42 @@ class _SpecReader:
             hint = "installed: " + ", ".join(self.registry.names(kind))
         self.problem(path, f"unknown {kind} {name!r}", hint)
 
+    def _skipped(self, distribution: str) -> Any:
+        wanted = normalize(distribution)
+        return next((s for s in self.registry.skipped if normalize(s.distribution) == wanted), None)
+
     def _quarantine_cause(self, distribution: str) -> str | None:
         for entry in self.registry.quarantined:
-            if entry.distribution == distribution:
+            if normalize(entry.distribution) == normalize(distribution):
                 return f"{distribution} was quarantined: {entry.cause}"
         return None
 
     def _structure(self, table: dict[str, Any], cls: type, path: str) -> Any:
         try:
-            return _CONVERTER.structure(table, cls)
-        except (ClassValidationError, FieldError, ValueError, TypeError) as error:
-            for where, message, hint in _flatten(error, path, cls):
+            return CONVERTER.structure(table, cls)
+        except Exception as error:  # a plugin's validator may raise anything; it becomes a located problem
+            for where, message, hint in flatten(error, path, cls):
                 self.problem(where, message, hint)
             return None
 
 
-def _flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
-    """cattrs' exception groups -> (path, message, hint) triples."""
-    if isinstance(error, (ClassValidationError, IterableValidationError)):
-        found = []
-        for inner in error.exceptions:
-            found += _flatten(inner, _inner_path(inner, path), getattr(error, "cl", cls))
-        return found
-    if isinstance(error, ForbiddenExtraKeysError):
-        allowed = [a.name for a in attrs.fields(error.cl)]
-        return [
-            (f"{path}.{key}", f"unknown key {key!r}", _did_you_mean(key, allowed) or _allowed(allowed))
-            for key in sorted(error.extra_fields)
-        ]
-    if isinstance(error, KeyError):
-        return [(path, "missing required key", None)]
-    if isinstance(error, FieldError):
-        return [(f"{path}.{error.field}", error.message, None)]
-    return [(path, str(error) or type(error).__name__, None)]
+MAX_TENSOR_ELEMENTS = 2**60  # 8-byte elements must still fit torch's 64-bit byte count
 
 
-def _inner_path(inner: BaseException, path: str) -> str:
-    for note in getattr(inner, "__notes__", ()):
-        name = getattr(note, "name", None)
-        if name is not None:
-            return f"{path}.{name}" if isinstance(name, str) else f"{path}[{name}]"
-    return path
-
-
-def _install_hint(distribution: str) -> str:
-    folder = catalogue().get(distribution, {}).get("path")
-    source = f", or ./{folder} in a blockspec checkout" if folder else ""
-    return f" (pip install {distribution}{source})"
-
-
-def _did_you_mean(word: str, choices: Any) -> str | None:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
-
-
-def _allowed(names: list[str]) -> str:
-    return "allowed keys: " + ", ".join(names) if names else "this component takes no keys besides use"
-
-
-def _locate(text: str, path: str) -> int | None:
-    """Best-effort line number of ``$.table.key`` in the TOML text."""
-    parts = path.removeprefix("$.").split(".")
-    header = f"[{parts[0]}]"
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith(header)), None)
-    if start is None or len(parts) == 1:
-        return None if start is None else start + 1
-    for i in range(start + 1, len(lines)):
-        stripped = lines[i].strip()
-        if stripped.startswith("["):
-            break
-        if stripped.split("=", 1)[0].strip() == parts[1]:
-            return i + 1
-    return start + 1
+def _oversized(model: ModelConfig) -> list[tuple[str, str]]:
+    """The core's own tensors that no device could hold: caught here, not as an overflow deep in torch."""
+    qkv = model.d_model + 2 * model.kv_heads * model.head_dim
+    tensors = {
+        "vocab_size": ("vocab_size × d_model", model.vocab_size * model.d_model),
+        "context_length": ("context_length × d_model", model.context_length * model.d_model),
+        "d_ff": ("2 × d_ff × d_model", 2 * model.d_ff * model.d_model),
+        "d_model": ("d_model × (d_model + 2 × n_kv_heads × head_dim)", model.d_model * qkv),
+    }
+    return [
+        (name, f"{product} = {count:.3g} elements, more than one tensor can hold (2**60)")
+        for name, (product, count) in tensors.items()
+        if count > MAX_TENSOR_ELEMENTS
+    ]
 
 
 # ---------------------------------------------------------------- dumping
@@ -305,9 +246,9 @@ def _locate(text: str, path: str) -> int | None:
 
 def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     """The plain-dict form of a spec: what tomllib would give for its TOML."""
-    document = {"model": _drop_none(_CONVERTER.unstructure(spec.model))}
+    document = {"model": _drop_none(CONVERTER.unstructure(spec.model))}
     for part in spec.components():
-        document[part.kind] = {"use": part.use, **_drop_none(_CONVERTER.unstructure(part.config))}
+        document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
     return document
 
 

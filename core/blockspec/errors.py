@@ -67,6 +67,19 @@ class ContextLengthError(BlockspecError, IndexError):
     """A position lies past what the positional encoder can represent."""
 
 
+class NonFiniteError(BlockspecError, FloatingPointError):
+    """A forward pass produced NaN or Inf (raised only inside ``blockspec.debug.check_finite``).
+
+    ``module_path`` is the first module to blame ("" for the model's own code, None for its input);
+    ``spec_path`` the spec table that configured it (``$.activation``, or ``$.model`` for core modules).
+    """
+
+    def __init__(self, message: str, *, module_path: str | None = None, spec_path: str | None = None) -> None:
+        super().__init__(message)
+        self.module_path = module_path
+        self.spec_path = spec_path
+
+
 class CheckpointError(BlockspecError, ValueError):
     """A checkpoint or weights file is missing, corrupt or does not fit."""
 

@@ -43,6 +43,18 @@ class Quarantine:
         return f"plugin {self.distribution} {self.version} quarantined: {self.cause}"
 
 
+@frozen(kw_only=True)
+class Skipped:
+    """An installed plugin distribution the load policy left out (never imported)."""
+
+    distribution: str
+    version: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.distribution} {self.version} not loaded: {self.reason}"
+
+
 def validate_component(component: Component) -> None:
     """Check a registration before it enters the registry (llm-style callback check)."""
     if component.kind not in KINDS:
@@ -76,14 +88,22 @@ class Registry:
 
     _by_kind: dict[str, dict[str, tuple[Component, ...]]] = field(factory=dict)
     quarantined: tuple[Quarantine, ...] = ()
+    skipped: tuple[Skipped, ...] = ()  # left out by the load policy
+    unprobed: tuple[str, ...] = ()  # "kind:name (distribution): why" for components the probe could not check
 
     @classmethod
-    def of(cls, components: list[Component], quarantined: list[Quarantine] = ()) -> Registry:
+    def of(
+        cls,
+        components: list[Component],
+        quarantined: list[Quarantine] = (),
+        skipped: list[Skipped] = (),
+        unprobed: list[str] = (),
+    ) -> Registry:
         table: dict[str, dict[str, list[Component]]] = {kind: {} for kind in KINDS}
         for component in components:
             table[component.kind].setdefault(component.name, []).append(component)
         frozen_table = {k: {n: tuple(v) for n, v in names.items()} for k, names in table.items()}
-        return cls(frozen_table, tuple(quarantined))
+        return cls(frozen_table, tuple(quarantined), tuple(skipped), tuple(unprobed))
 
     def __iter__(self) -> Iterator[Component]:
         for kind in KINDS:
@@ -92,6 +112,14 @@ class Registry:
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def distributions(self) -> dict[str, tuple[str, int]]:
+        """Each loaded distribution -> (version, number of components it registered)."""
+        found: dict[str, tuple[str, int]] = {}
+        for component in self:
+            _, registered = found.get(component.distribution, (component.version, 0))
+            found[component.distribution] = (component.version, registered + 1)
+        return found
 
     def names(self, kind: str) -> list[str]:
         return sorted(self._by_kind.get(kind, {}))

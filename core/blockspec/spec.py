@@ -10,9 +10,10 @@ from typing import Any, Literal
 from attrs import field, frozen
 
 from .errors import FieldError
-from .validators import at_least, in_range, positive
+from .validators import in_range, positive
 
 NormPlacement = Literal["pre", "post"]
+MAX_LAYERS = 1024  # far above any published model; bounds the cost of checking a hostile spec
 
 
 @frozen(kw_only=True)
@@ -23,7 +24,7 @@ class ModelConfig:
     vocab_size: int = field(validator=positive)
     context_length: int = field(validator=positive)
     d_model: int = field(validator=positive)
-    n_layers: int = field(validator=at_least(0))
+    n_layers: int = field(validator=in_range(0, MAX_LAYERS, high_open=False))
     n_heads: int = field(validator=positive)
     n_kv_heads: int | None = field(default=None, validator=positive)
     d_ff: int = field(validator=positive)

@@ -7,10 +7,24 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..catalogue import REGISTRY_ENV, registry_file_override
 from ..errors import BlockspecError
-from . import check_cmd, explore_cmd, export_cmd, import_cmd, list_cmd, show_cmd, trace_cmd, verify_cmd
+from . import (
+    check_cmd,
+    doctor_cmd,
+    explore_cmd,
+    export_cmd,
+    generate_cmd,
+    import_cmd,
+    list_cmd,
+    show_cmd,
+    trace_cmd,
+    train_cmd,
+    verify_cmd,
+)
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd, doctor_cmd,
+            train_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
@@ -19,6 +33,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="blockspec",
         description="Compose PyTorch transformers from TOML specs, out of plugin components.",
     )
+    parser.add_argument("--registry", metavar="FILE",
+                        help=f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)
@@ -28,7 +44,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with registry_file_override(args.registry):
+            return args.run(args)
     except BlockspecError as error:
         for line in str(error).splitlines():
             print(f"blockspec: error: {line}", file=sys.stderr)

@@ -8,18 +8,20 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugins import PluginQuarantinedWarning, load_registry
+from ..plugins import PluginWarning, load_registry
 from ..registry import Registry
 
 
-def registry_with_warnings() -> Registry:
-    """Load plugins; each quarantined one becomes one warning line on stderr."""
+def registry_with_warnings(*, probe: bool | None = None) -> Registry:
+    """Load plugins; each quarantined one (or policy typo) becomes one warning line on stderr."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PluginQuarantinedWarning)
-        registry = load_registry()
+        warnings.simplefilter("always", PluginWarning)
+        registry = load_registry(probe=probe)
     for warning in caught:
-        if issubclass(warning.category, PluginQuarantinedWarning):
+        if issubclass(warning.category, PluginWarning):
             print(f"blockspec: warning: {warning.message}", file=sys.stderr)
+        else:  # not ours: hand it back to the warnings machinery unchanged
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return registry
 
 

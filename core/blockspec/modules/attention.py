@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kv_cache import LayerCache
 from .positional import PositionalEncoding
 
 
@@ -22,8 +23,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        """x (B, N, d) at positions start..; with a cache, attends to the stored prefix too."""
         q, k, v = self.project(x, positional, start)
+        if cache is not None:
+            k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each
         bias = positional.score_bias(q.shape[-2], k.shape[-2], start) if positional.biases else None
         y = self.attend(q, k, v, bias)
         batch, n_tokens = x.shape[:2]
@@ -44,12 +50,22 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """SDPA over (B, h, N, hs); a score bias turns the causal flag into an explicit mask."""
+        """SDPA of q (B, h, N_q, hs) over k, v (B, kv, N_k, hs), the queries being the last N_q positions.
+
+        SDPA's ``is_causal`` aligns the mask top-left, right only when N_q == N_k (no cache).
+        One cached query sees every key: no mask. Otherwise, or with a score bias, an explicit
+        bottom-right aligned mask.
+        """
         dropout = self.dropout if self.training else 0.0
         gqa = self.n_kv_heads != self.n_heads
-        if bias is None:
+        n_q, n_k = q.shape[-2], k.shape[-2]
+        if bias is None and n_q == n_k:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa)
-        mask = bias.to(q.dtype) + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        if bias is None and n_q == 1:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa)
+        mask = causal_mask(n_q, n_k, q.device, q.dtype)
+        if bias is not None:
+            mask = bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa)
 
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .dropout import dropped
+from .kv_cache import LayerCache
 from .positional import PositionalEncoding
 
 
@@ -17,8 +18,10 @@ class PreNormBlock(nn.Module):
         self.norm1, self.attn, self.norm2, self.ffn = norm1, attn, norm2, ffn
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = x + dropped(self.drop, self.attn(self.norm1(x), positional, start))
+    def forward(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        x = x + dropped(self.drop, _attend(self.attn, self.norm1(x), positional, start, cache))
         return x + dropped(self.drop, self.ffn(self.norm2(x)))
 
 
@@ -30,6 +33,15 @@ class PostNormBlock(nn.Module):
         self.attn, self.norm1, self.ffn, self.norm2 = attn, norm1, ffn, norm2
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0) -> torch.Tensor:
-        x = self.norm1(x + dropped(self.drop, self.attn(x, positional, start)))
+    def forward(
+        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
+    ) -> torch.Tensor:
+        x = self.norm1(x + dropped(self.drop, _attend(self.attn, x, positional, start, cache)))
         return self.norm2(x + dropped(self.drop, self.ffn(x)))
+
+
+def _attend(
+    attn: nn.Module, x: torch.Tensor, positional: PositionalEncoding, start: int, cache: LayerCache | None
+) -> torch.Tensor:
+    """Pass the cache only when decoding with one, so attention modules without a cache argument still work."""
+    return attn(x, positional, start) if cache is None else attn(x, positional, start, cache)

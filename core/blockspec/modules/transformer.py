@@ -11,6 +11,7 @@ from .dropout import dropped
 from .positional import PositionalEncoding
 
 if TYPE_CHECKING:
+    from .kv_cache import KVCache
     from ..spec import ModelSpec
 
 
@@ -37,13 +38,24 @@ class Transformer(nn.Module):
         self.spec: ModelSpec | None = None  # set by the assembler
         self.provenance: dict[str, Any] = {}  # module path -> registry Component
 
-    def forward(self, ids: torch.Tensor, *, start: int = 0) -> torch.Tensor:
-        """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output."""
+    def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output.
+
+        With a ``cache`` the keys and values of positions 0..start-1 come from it, and
+        this call's are stored into it, so a decoding step passes only the new token.
+        """
         self.positional.check_length(start + ids.shape[-1])
+        if cache is not None:
+            cache.check_room(start, ids.shape[-1])
         x = self.embedding(ids)  # (B, N, d)
         if self.positional.adds:
             x = self.positional.embed(x, start)
         x = dropped(self.drop, x)
-        for block in self.blocks:
-            x = block(x, self.positional, start)
+        if cache is None:
+            for block in self.blocks:
+                x = block(x, self.positional, start)
+        else:  # blocks see a cache argument only when there is one: cache-less custom blocks keep working
+            for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
+                x = block(x, self.positional, start, layer_cache)
+            cache.length = start + ids.shape[-1]
         return self.head(self.final_norm(x))

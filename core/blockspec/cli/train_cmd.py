@@ -1,0 +1,171 @@
+"""`blockspec train`: train a spec on a text file, character by character; torchrun-aware."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..convert import load_spec, spec_to_dict
+from ..errors import CheckpointError
+from .common import registry_with_warnings
+
+SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="train a spec on a text file (character level)")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("--data", required=True, metavar="FILE", help="UTF-8 text; first 90%% train, last 10%% validation")
+    parser.add_argument("--steps", type=int, metavar="N", help="train up to step N in total (default 600)")
+    parser.add_argument("--batch-size", type=int, metavar="B", help="windows per step over all processes (default 32)")
+    parser.add_argument("--lr", type=float, metavar="LR", help="AdamW learning rate (default 3e-3)")
+    parser.add_argument("--weight-decay", type=float, metavar="WD", help="AdamW weight decay (default 0)")
+    parser.add_argument("--seed", type=int, metavar="S", help="seed for weights and batches (default 0)")
+    parser.add_argument("--eval-every", type=int, metavar="K", help="validate every K steps; 0: at the end (default 100)")
+    parser.add_argument("--eval-batches", type=int, metavar="N", help="batches per validation (default 20)")
+    parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end")
+    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="also checkpoint every K steps")
+    parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
+    parser.add_argument("--plot", metavar="FILE", help="write the loss curves as a PNG (needs matplotlib)")
+    parser.add_argument("--device", default="auto", help="auto (GPU if any), cpu or cuda (default auto)")
+    parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads per process (default: 1 for "
+                        "models under 5M parameters, else torch's default)")
+    parser.add_argument("--json", action="store_true", help="last line: a JSON summary; no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.distributed import close_world, init_world
+
+    world = init_world(args.device)
+    try:
+        return _train(args, world)
+    finally:
+        close_world(world)
+
+
+def _train(args: argparse.Namespace, world) -> int:
+    from ..assemble import build
+    from ..train.checkpointing import load_checkpoint
+    from ..train.data import CharDataset
+    from ..train.loop import Trainer
+
+    registry = registry_with_warnings() if world.is_main else _quiet_registry()
+    spec = load_spec(args.spec, registry)
+    resume = load_checkpoint(args.resume, registry) if args.resume else None
+    if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
+        raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "
+                              "pass the spec it was trained from")
+    data = CharDataset.from_file(args.data, resume.tokenizer if resume else None)
+    data.check_fits(spec.model.vocab_size, spec.model.context_length)
+    config = _config(args, resume)
+    model = build(spec, registry=registry, seed=config.seed)
+    _set_threads(args.threads, model, world)
+    trainer = Trainer(model, data, config, world=world, strategy="fsdp" if args.fsdp else "ddp", resume=resume)
+    return _Session(args, trainer).run()
+
+
+def _quiet_registry():
+    from ..plugins import load_registry
+
+    return load_registry()
+
+
+def _config(args: argparse.Namespace, resume):
+    """Defaults, then the resumed run's settings, then what this command line sets explicitly."""
+    from ..train.loop import make_config
+
+    base = resume.training["config"] if resume is not None else {}
+    flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+             "weight_decay": args.weight_decay, "eval_every": args.eval_every, "eval_batches": args.eval_batches}
+    return make_config({**base, **{k: v for k, v in flags.items() if v is not None}})
+
+
+def _set_threads(threads: int | None, model, world) -> None:
+    """Tiny models spend their time in thread hand-offs: one thread each is fastest, and shares the CPU well."""
+    import torch
+
+    if world.device.type != "cpu" or (threads is None and "OMP_NUM_THREADS" in os.environ):
+        return
+    if threads is None:
+        parameters = sum(p.numel() for p in model.parameters())
+        threads = 1 if parameters < SMALL_MODEL else torch.get_num_threads()
+    torch.set_num_threads(max(threads, 1))
+
+
+class _Session:
+    """What one `blockspec train` invocation shows and writes around the trainer's loop."""
+
+    def __init__(self, args: argparse.Namespace, trainer) -> None:
+        from ..train.progress import Progress
+
+        self.args, self.trainer, self.world = args, trainer, trainer.world
+        self.talk = self.world.is_main and not (args.json or args.quiet)
+        self.progress = Progress(total=trainer.config.steps, initial=trainer.step, enabled=self.talk)
+        self.started, self.first_step = time.perf_counter(), trainer.step
+        self.seconds_before = trainer.train_seconds
+
+    def run(self) -> int:
+        try:
+            self.trainer.run(on_step=self.on_step, on_eval=self.on_eval)
+        finally:
+            self.progress.close()
+        if not self.trainer.history.evals or self.trainer.history.evals[-1].step != self.trainer.step:
+            self.trainer.evaluate()  # resumed at or past --steps: still report where the model stands
+        if self.args.out:
+            self.save()
+        if self.args.plot and self.world.is_main:
+            self.plot()
+        if self.world.is_main:
+            self.summarize()
+        return 0
+
+    def tokens_per_s(self) -> float:
+        seconds = self.trainer.train_seconds - self.seconds_before
+        steps = self.trainer.step - self.first_step
+        return steps * self.trainer.tokens_per_step / seconds if seconds > 0 else 0.0
+
+    def on_step(self, trainer, loss: float) -> None:
+        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s())
+        every = self.args.checkpoint_every
+        if self.args.out and every and trainer.step % every == 0 and trainer.step < trainer.config.steps:
+            self.save()
+
+    def on_eval(self, trainer, evaluation) -> None:
+        if self.talk:
+            self.progress.write(f"step {evaluation.step:>5}/{trainer.config.steps}  train {evaluation.train_loss:.4f}"
+                                f"  val {evaluation.val_loss:.4f}  {self.tokens_per_s():,.0f} tok/s"
+                                f"  {time.perf_counter() - self.started:.1f}s")
+
+    def save(self) -> None:
+        from ..train.checkpointing import save_checkpoint
+
+        if self.trainer.sharded or self.world.is_main:
+            checkpoint = self.trainer.checkpoint()  # a collective under FSDP
+            if self.world.is_main:
+                save_checkpoint(self.args.out, checkpoint)
+
+    def plot(self) -> None:
+        from ..train.plot import plot_losses
+
+        name = self.trainer.spec.model.name
+        plot_losses({name: self.trainer.history}, self.args.plot, title=f"{name} on {Path(self.args.data).name}")
+
+    def summarize(self) -> None:
+        last = self.trainer.history.evals[-1]
+        summary = {"steps": self.trainer.step, "train_loss": last.train_loss, "val_loss": last.val_loss,
+                   "tokens_per_s": round(self.tokens_per_s(), 1),
+                   "seconds": round(time.perf_counter() - self.started, 3), "world_size": self.world.size,
+                   "checkpoint": self.args.out, "plot": self.args.plot}
+        if self.args.json:
+            print(json.dumps(summary), flush=True)
+        else:
+            print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}, "
+                  f"{summary['tokens_per_s']:,.0f} tok/s, {summary['seconds']:.1f}s"
+                  + (f"; checkpoint {self.args.out}" if self.args.out else ""), file=sys.stdout, flush=True)

@@ -1,0 +1,166 @@
+"""Training checkpoints: a ``blockspec.save`` checkpoint plus the optimizer, tokenizer and history.
+
+The model's spec and weights go through ``blockspec.save`` / ``blockspec.load`` (atomic
+directory write, sha256 manifest, safetensors only), so a training checkpoint is also an
+ordinary blockspec checkpoint (``trace``, ``export`` and ``blockspec.load`` read it). Three
+extra files travel in the same atomic write and are verified against the same manifest:
+
+- ``tokenizer.json``: the characters;
+- ``optimizer.safetensors``: AdamW's moments and step per parameter *name*, and the CPU RNG;
+- ``training.json``: step, settings, loss history and AdamW's param groups.
+
+No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from attrs import frozen
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from ..assemble import build
+from ..checkpoint import load, read_extra_file, save
+from ..errors import CheckpointError
+from ..modules.transformer import Transformer
+from ..registry import Registry
+from ..spec import ModelSpec
+from ..tokenizer import CharTokenizer, TokenizerError
+from .state import load_model_state, tied_aliases
+
+FORMAT = "blockspec-train-checkpoint"
+VERSION = 1
+TOKENIZER_FILE = "tokenizer.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+TRAINING_FILE = "training.json"
+
+
+@frozen(kw_only=True)
+class Checkpoint:
+    """Everything a training checkpoint holds, as plain tensors and data (no modules)."""
+
+    spec: ModelSpec
+    tokenizer: CharTokenizer
+    model_state: dict[str, torch.Tensor]  # unique tensors: no tied aliases
+    optimizer_state: dict[str, Any]  # {"state": {name: {key: tensor}}, "param_groups": [{..., "params": [name]}]}
+    rng_state: torch.Tensor | None
+    training: dict[str, Any]  # step, settings, history
+
+    @property
+    def step(self) -> int:
+        return int(self.training["step"])
+
+
+# ---------------------------------------------------------------- writing
+
+
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry | None = None) -> Path:
+    """Write ``checkpoint`` to the directory ``path`` atomically (through ``blockspec.save``)."""
+    tensors, groups = flatten_optimizer_state(checkpoint.optimizer_state)
+    if checkpoint.rng_state is not None:
+        tensors["rng/cpu"] = checkpoint.rng_state
+    training = {"format": FORMAT, "version": VERSION, **checkpoint.training, "param_groups": groups}
+    files = {
+        TOKENIZER_FILE: json.dumps(checkpoint.tokenizer.to_dict()).encode("utf-8"),
+        OPTIMIZER_FILE: save_tensors(_contiguous(tensors), metadata={"format": "pt"}),
+        TRAINING_FILE: json.dumps(training, indent=1).encode("utf-8"),
+    }
+    model = _holding(checkpoint, registry)
+    return save(model, path, extra={"format": FORMAT, "step": checkpoint.step}, extra_files=files)
+
+
+def _holding(checkpoint: Checkpoint, registry: Registry | None) -> Transformer:
+    """A CPU model holding the checkpoint's weights (FSDP's live model is sharded: save needs a whole one)."""
+    model = build(checkpoint.spec, registry=registry)
+    load_model_state(model, checkpoint.model_state, source="checkpoint")
+    return model
+
+
+def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+
+
+# ---------------------------------------------------------------- the optimizer's state as tensors + JSON
+
+
+def flatten_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """Name-keyed optimizer state -> tensors "state/<param>/<key>" and JSON-able param groups."""
+    tensors = {}
+    for name, entries in state["state"].items():
+        for key, value in entries.items():
+            tensors[f"state/{name}/{key}"] = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+    return tensors, [dict(group) for group in state["param_groups"]]
+
+
+def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], groups: list[dict[str, Any]]) -> dict[str, Any]:
+    state: dict[str, dict[str, torch.Tensor]] = {}
+    for flat, tensor in tensors.items():
+        if flat.startswith("state/"):
+            name, key = flat[len("state/") :].rsplit("/", 1)
+            state.setdefault(name, {})[key] = tensor
+    groups = [{**group, "betas": tuple(group["betas"])} if "betas" in group else group for group in groups]
+    return {"state": state, "param_groups": groups}
+
+
+# ---------------------------------------------------------------- reading
+
+
+def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Checkpoint:
+    """Verify and read every part of a training checkpoint; anything missing or corrupt is a CheckpointError."""
+    model = load(path, registry=registry)
+    training = _json(path, TRAINING_FILE)
+    if training.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: {TRAINING_FILE}: expected format {FORMAT!r}, found {training.get('format')!r}")
+    optimizer = _tensors(path, OPTIMIZER_FILE)
+    aliases = tied_aliases(model)
+    return Checkpoint(
+        spec=model.spec,
+        tokenizer=read_tokenizer(path),
+        model_state={k: v.detach() for k, v in model.state_dict().items() if k not in aliases},
+        optimizer_state=unflatten_optimizer_state(optimizer, training.pop("param_groups", [])),
+        rng_state=optimizer.get("rng/cpu"),
+        training=training,
+    )
+
+
+def load_model(path: str | Path, registry: Registry | None = None, *,
+               device: str | torch.device = "cpu") -> tuple[Transformer, CharTokenizer]:
+    """The trained model (eval mode) and its tokenizer; the optimizer's files are not read."""
+    return load(path, registry=registry, device=device), read_tokenizer(path)
+
+
+def read_tokenizer(path: str | Path) -> CharTokenizer:
+    try:
+        return CharTokenizer.from_dict(_json(path, TOKENIZER_FILE))
+    except TokenizerError as error:
+        raise CheckpointError(f"{path}: {TOKENIZER_FILE}: {error}") from None
+
+
+def _extra(path: str | Path, name: str) -> bytes:
+    try:
+        return read_extra_file(path, name)
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}; {path} is not a training checkpoint (written by `blockspec train --out`)"
+                              ) from None
+
+
+def _json(path: str | Path, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads(_extra(path, name))
+    except ValueError as error:
+        raise CheckpointError(f"{path}: {name}: not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: {name}: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _tensors(path: str | Path, name: str) -> dict[str, torch.Tensor]:
+    try:
+        return load_tensors(_extra(path, name))
+    except SafetensorError as error:
+        raise CheckpointError(f"{path}: {name}: cannot read safetensors: {error}") from None

@@ -1,0 +1,75 @@
+"""A character corpus split 90/10, and batches that depend only on (seed, stream, index).
+
+A batch is a pure function of the seed and the step, so a resumed run, or the same
+run spread over several processes, sees exactly the batches of the uninterrupted
+single-process run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from ..errors import BlockspecError
+from ..tokenizer import CharTokenizer, TokenizerError
+
+TRAIN_FRACTION = 0.9
+
+
+class DataError(BlockspecError, ValueError):
+    """The training text cannot be read, is too short, or does not fit the model."""
+
+
+def batch_seed(seed: int, stream: str, index: int) -> int:
+    """A stable 63-bit seed for batch ``index`` of ``stream`` ("train", "eval-val", ...)."""
+    digest = hashlib.blake2b(f"{seed}:{stream}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class CharDataset:
+    """Token ids of a text, the first 90% for training and the rest for validation."""
+
+    def __init__(self, ids: torch.Tensor, tokenizer: CharTokenizer, *, source: str = "<text>") -> None:
+        self.tokenizer, self.source = tokenizer, source
+        cut = int(len(ids) * TRAIN_FRACTION)
+        self.splits = {"train": ids[:cut], "val": ids[cut:]}
+
+    @classmethod
+    def from_text(cls, text: str, tokenizer: CharTokenizer | None = None, *, source: str = "<text>") -> CharDataset:
+        """Encode ``text``; without a tokenizer, one is made from the text's own characters."""
+        tokenizer = tokenizer or CharTokenizer.from_text(text)
+        try:
+            ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+        except TokenizerError as error:
+            raise DataError(f"{source}: {error}") from None
+        return cls(ids, tokenizer, source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path, tokenizer: CharTokenizer | None = None) -> CharDataset:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise DataError(f"{path}: cannot read the training text: {error}") from None
+        return cls.from_text(text, tokenizer, source=str(path))
+
+    def check_fits(self, vocab_size: int, context_length: int) -> None:
+        """Refuse a text the model cannot represent, or a split too short for one window."""
+        if self.tokenizer.vocab_size > vocab_size:
+            raise DataError(f"{self.source}: has {self.tokenizer.vocab_size} distinct characters, but the spec's "
+                            f"$.model.vocab_size is {vocab_size}; raise vocab_size to at least "
+                            f"{self.tokenizer.vocab_size}")
+        for name, ids in self.splits.items():
+            if len(ids) <= context_length:
+                raise DataError(f"{self.source}: the {name} split has {len(ids)} characters, but one window of "
+                                f"$.model.context_length = {context_length} needs {context_length + 1}; "
+                                "use a longer text")
+
+    def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``size`` random windows: inputs x and next-character targets y, (size, length) each."""
+        ids = self.splits[split]
+        generator = torch.Generator().manual_seed(seed)
+        offsets = torch.randint(0, len(ids) - length, (size,), generator=generator)  # (B,)
+        windows = ids[offsets[:, None] + torch.arange(length + 1)]  # (B, T + 1)
+        return windows[:, :-1], windows[:, 1:]

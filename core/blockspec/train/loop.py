@@ -1,0 +1,171 @@
+"""The training loop: AdamW on next-character cross-entropy, fixed evaluation batches, resumable.
+
+Determinism: weights come from ``build(seed=)``, batch k from ``batch_seed(seed, "train", k)``
+and the optimizer state travels with the checkpoint, so the same seed gives the same
+losses, and a resumed run continues the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import torch
+import torch.nn.functional as F
+from attrs import field, frozen
+
+from ..errors import BlockspecError, FieldError
+from ..modules.transformer import Transformer
+from ..validators import at_least, greater_than, positive
+from .checkpointing import Checkpoint
+from .data import CharDataset, batch_seed
+from .distributed import Strategy, World, wrap
+from .state import load_model_state, load_optimizer_state, model_state, optimizer_state
+
+
+@frozen(kw_only=True)
+class TrainConfig:
+    """How to train; saved with each checkpoint so ``--resume`` continues with the same settings."""
+
+    steps: int = field(default=600, validator=at_least(0))
+    batch_size: int = field(default=32, validator=positive)  # global: split over the processes
+    lr: float = field(default=3e-3, validator=greater_than(0.0))
+    weight_decay: float = field(default=0.0, validator=at_least(0.0))
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    eval_every: int = field(default=100, validator=at_least(0))  # 0: only at the end
+    eval_batches: int = field(default=20, validator=positive)
+
+
+class TrainConfigError(BlockspecError, ValueError):
+    """A training setting is out of range."""
+
+
+def make_config(settings: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from plain settings (command-line flags, a checkpoint's JSON); bad values say which flag."""
+    try:
+        return TrainConfig(**settings)
+    except FieldError as error:
+        raise TrainConfigError(f"--{error.field.replace('_', '-')}: {error.message}") from None
+    except TypeError as error:
+        raise TrainConfigError(f"unknown training setting: {error}") from None
+
+
+@frozen(kw_only=True)
+class Evaluation:
+    step: int
+    train_loss: float
+    val_loss: float
+
+
+@attrs.define
+class History:
+    """Every step's training loss and every evaluation, for reports and plots."""
+
+    train: list[float] = attrs.Factory(list)  # train[k] is the loss of step k + 1
+    evals: list[Evaluation] = attrs.Factory(list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"train": self.train, "evals": [attrs.asdict(e) for e in self.evals]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> History:
+        return cls(list(data["train"]), [Evaluation(**e) for e in data["evals"]])
+
+
+class Trainer:
+    """Owns the (possibly wrapped) model, its AdamW optimizer and the step count."""
+
+    def __init__(self, model: Transformer, data: CharDataset, config: TrainConfig, *, world: World = World(),
+                 strategy: Strategy = "ddp", resume: Checkpoint | None = None) -> None:
+        self.data, self.config, self.world = data, config, world
+        self.spec = model.spec
+        self.sharded = world.size > 1 and strategy == "fsdp"
+        if resume is not None:
+            load_model_state(model, resume.model_state, source="--resume checkpoint")
+        self.model = wrap(model.to(world.device), world, strategy)
+        self.raw = model
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=(0.9, 0.99),
+                                           weight_decay=config.weight_decay)
+        self.step, self.history, self.train_seconds = 0, History(), 0.0
+        torch.manual_seed(config.seed)  # dropout, if the spec has any
+        if resume is not None:
+            self._restore(resume)
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        load_optimizer_state(self.raw, self.optimizer, checkpoint.optimizer_state, sharded=self.sharded)
+        self.step = checkpoint.step
+        self.history = History.from_dict(checkpoint.training["history"])
+        self.train_seconds = float(checkpoint.training.get("train_seconds", 0.0))
+        if checkpoint.rng_state is not None:
+            torch.set_rng_state(checkpoint.rng_state)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.config.batch_size * self.spec.model.context_length
+
+    def batch(self, split: str, stream: str, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's share of global batch ``index`` of ``stream``."""
+        x, y = self.data.batch(split, size=self.config.batch_size, length=self.spec.model.context_length,
+                               seed=batch_seed(self.config.seed, stream, index))
+        return self.world.shard(x), self.world.shard(y)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.model(x)  # (B, T, |V|)
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
+
+    def train_step(self) -> float:
+        """One AdamW step on the global batch of this step; returns its loss averaged over ranks."""
+        started = time.perf_counter()
+        self.model.train()
+        loss = self.loss(*self.batch("train", "train", self.step))
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        value = self.world.mean(loss)
+        self.history.train.append(value)
+        self.train_seconds += time.perf_counter() - started
+        return value
+
+    @torch.no_grad()
+    def evaluate(self) -> Evaluation:
+        """Mean loss over the same ``eval_batches`` fixed batches of each split, every time."""
+        self.model.eval()
+        means = {}
+        for split in ("train", "val"):
+            losses = [self.loss(*self.batch(split, f"eval-{split}", i)) for i in range(self.config.eval_batches)]
+            means[split] = self.world.mean(torch.stack(losses).mean())
+        evaluation = Evaluation(step=self.step, train_loss=means["train"], val_loss=means["val"])
+        self.history.evals.append(evaluation)
+        return evaluation
+
+    def run(self, *, on_step: Callable[[Trainer, float], None] | None = None,
+            on_eval: Callable[[Trainer, Evaluation], None] | None = None) -> History:
+        """Train up to ``config.steps``, evaluating every ``eval_every`` steps and at the end.
+
+        ``on_step`` runs after the step's evaluation, so a checkpoint it writes holds it.
+        """
+        every = self.config.eval_every
+        while self.step < self.config.steps:
+            loss = self.train_step()
+            if (every and self.step % every == 0) or self.step == self.config.steps:
+                evaluation = self.evaluate()
+                if on_eval is not None:
+                    on_eval(self, evaluation)
+            if on_step is not None:
+                on_step(self, loss)
+        return self.history
+
+    def checkpoint(self) -> Checkpoint:
+        """A snapshot to save. Under FSDP this gathers the shards: every rank must call it."""
+        training = {"step": self.step, "config": attrs.asdict(self.config), "history": self.history.to_dict(),
+                    "train_seconds": self.train_seconds}
+        return Checkpoint(spec=self.spec, tokenizer=self.data.tokenizer,
+                          model_state=model_state(self.raw, sharded=self.sharded),
+                          optimizer_state=optimizer_state(self.raw, self.optimizer, sharded=self.sharded),
+                          rng_state=torch.get_rng_state(), training=training)

@@ -1,0 +1,56 @@
+"""Loss curves as a PNG, with matplotlib (the optional ``plot`` extra) on a headless backend."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import BlockspecError
+from .loop import History
+
+
+class PlotError(BlockspecError, RuntimeError):
+    """matplotlib is missing, or the figure cannot be written."""
+
+
+def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: str = "") -> Path:
+    """Per-step training loss (thin) and evaluated validation loss (markers) of each named run."""
+    pyplot = _pyplot()
+    figure, axes = pyplot.subplots(figsize=(8, 5))
+    for index, (name, history) in enumerate(histories.items()):
+        color = f"C{index}"
+        axes.plot(range(1, len(history.train) + 1), history.train, color=color, alpha=0.35, lw=0.8,
+                  label=f"{name} train")
+        steps = [e.step for e in history.evals]
+        axes.plot(steps, [e.val_loss for e in history.evals], "o-", color=color, label=f"{name} validation")
+    axes.set(xlabel="step", ylabel="cross-entropy (nats / character)", title=title)
+    axes.set_ylim(*_limits(histories))
+    axes.grid(alpha=0.3)
+    axes.legend()
+    try:
+        figure.savefig(path, dpi=110, bbox_inches="tight")
+    except OSError as error:
+        raise PlotError(f"{path}: cannot write the plot: {error.strerror}") from None
+    finally:
+        pyplot.close(figure)
+    return Path(path)
+
+
+def _limits(histories: Mapping[str, History]) -> tuple[float, float]:
+    """The y range; the top leaves out the highest tenth of the step losses, or the first steps flatten the rest."""
+    losses = sorted(loss for h in histories.values() for loss in h.train)
+    values = [e.val_loss for h in histories.values() for e in h.evals]
+    if losses:
+        values += [losses[0], losses[int(0.9 * (len(losses) - 1))]]
+    return (0.95 * min(values), 1.1 * max(values)) if values else (0.0, 1.0)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("--plot needs matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot

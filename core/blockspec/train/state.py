@@ -1,0 +1,85 @@
+"""Model and optimizer state in and out of live modules, whether plain, DDP-wrapped or FSDP2-sharded.
+
+Checkpoints name optimizer state by parameter name, not by index, so the same file
+serves a plain optimizer and FSDP2's name-keyed full state dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+
+
+def tied_aliases(model: nn.Module) -> set[str]:
+    """State-dict names that repeat a tensor already listed (a tied head's weight)."""
+    seen: set[int] = set()
+    aliases = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            aliases.add(name)
+        seen.add(id(tensor))
+    return aliases
+
+
+def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:
+    """The full state dict without tied aliases, on the CPU. Sharded: a collective; every rank calls."""
+    aliases = tied_aliases(model)
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    else:
+        state = model.state_dict()
+    return {name: tensor.detach().cpu() for name, tensor in state.items() if name not in aliases}
+
+
+def load_model_state(model: nn.Module, tensors: dict[str, torch.Tensor], *, source: str = "checkpoint") -> None:
+    """Copy ``tensors`` into a plain (unwrapped) model; a missing or surplus tensor is a CheckpointError."""
+    expected = set(model.state_dict()) - tied_aliases(model)
+    missing, surplus = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    if missing or surplus:
+        raise CheckpointError(f"{source}: does not fit the model: missing {missing[:5]}, unexpected {surplus[:5]}")
+    for name, tensor in tensors.items():
+        target = model.get_parameter(name) if name in dict(model.named_parameters()) else model.get_buffer(name)
+        if target.shape != tensor.shape:
+            raise CheckpointError(f"{source}: tensor {name}: expected shape {tuple(target.shape)}, "
+                                  f"found {tuple(tensor.shape)}")
+    model.load_state_dict(tensors, strict=False)
+
+
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, *, sharded: bool) -> dict[str, Any]:
+    """The optimizer's full state keyed by parameter name. Sharded: a collective; every rank calls."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(model, optimizer, options=options)
+    names = [name for name, _ in model.named_parameters()]
+    state = optimizer.state_dict()
+    return {
+        "state": {names[index]: entries for index, entries in state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+def load_optimizer_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], *, sharded: bool
+) -> None:
+    """Load a name-keyed full optimizer state into ``optimizer`` (built on ``model``'s parameters)."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+        return
+    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    unknown = sorted(set(state["state"]) - set(index))
+    if unknown:
+        raise CheckpointError(f"optimizer state names parameters this model lacks: {unknown[:5]}")
+    optimizer.load_state_dict({
+        "state": {index[name]: entries for name, entries in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+    })

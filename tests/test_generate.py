@@ -1,0 +1,161 @@
+"""KV-cache decoding: the cache changes the work done, never the logits or the greedy tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import blockspec
+from blockspec.generate import generate, sample
+from blockspec.modules.kv_cache import KVCache
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Micro models run fastest on one thread, and so leave the other cores to parallel test runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+SPEC = """
+[model]
+name = "small-{positional}"
+vocab_size = 29
+context_length = 16
+d_model = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = {kv}
+d_ff = 48
+norm_placement = "{placement}"
+
+[positional]
+use = "{positional}"
+
+[norm]
+use = "layernorm"
+
+[activation]
+use = "gelu"
+
+[head]
+use = "lm"
+"""
+POSITIONALS = ("learned", "sinusoidal", "rope", "alibi")  # alibi: the example third-party plugin, a score bias
+
+
+def small_model(registry, positional: str, *, kv: int = 4, placement: str = "pre", seed: int = 0):
+    if registry.get("positional", positional) is None:
+        pytest.skip(f"no {positional!r} positional component installed")
+    spec = blockspec.loads_spec(SPEC.format(positional=positional, kv=kv, placement=placement), registry)
+    model = blockspec.build(spec, registry=registry, seed=seed)
+    _sharpen(model)
+    return model.eval()
+
+
+def _sharpen(model: torch.nn.Module) -> None:
+    """Scale the embedding up so random-init logits are far apart: greedy ties cannot flip on rounding."""
+    with torch.no_grad():
+        model.embedding.weight.mul_(25.0)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_cached_and_uncached_greedy_generation_are_identical(registry, positional):
+    model = small_model(registry, positional)
+    prompt = torch.randint(0, 29, (3, 5), generator=torch.Generator().manual_seed(1))
+    cached = generate(model, prompt, max_new_tokens=11, temperature=0.0, use_cache=True)
+    uncached = generate(model, prompt, max_new_tokens=11, temperature=0.0, use_cache=False)
+    assert cached.shape == (3, 16)
+    assert torch.equal(cached[:, :5], prompt)
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+@pytest.mark.parametrize("kv,placement", [(4, "pre"), (2, "pre"), (1, "post")])
+def test_cached_logits_match_a_full_forward(registry, positional, kv, placement):
+    """Prefix, then a multi-token chunk, then single tokens: each equals the full pass's rows."""
+    model = small_model(registry, positional, kv=kv, placement=placement)
+    ids = torch.randint(0, 29, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(ids)  # (B, 16, |V|)
+        cache = KVCache.for_model(model, batch_size=2, max_length=16)
+        pieces = [model(ids[:, :6], cache=cache), model(ids[:, 6:11], start=6, cache=cache)]
+        pieces += [model(ids[:, t : t + 1], start=t, cache=cache) for t in range(11, 16)]
+    assert cache.length == 16
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-4, atol=1e-4)
+
+
+@given(split=st.integers(1, 15), seed=st.integers(0, 2**16))
+def test_any_prefix_split_gives_the_full_forward(registry, split, seed):
+    model = _MODELS.setdefault("rope", small_model(registry, "rope"))
+    ids = torch.randint(0, 29, (1, 16), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache.for_model(model, batch_size=1, max_length=16)
+        parts = torch.cat((model(ids[:, :split], cache=cache), model(ids[:, split:], start=split, cache=cache)), 1)
+    torch.testing.assert_close(parts, full, rtol=1e-4, atol=1e-4)
+
+
+_MODELS: dict[str, torch.nn.Module] = {}
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope"])
+def test_unbounded_positions_generate_past_the_context_length(registry, positional):
+    model = small_model(registry, positional)
+    prompt = torch.tensor([[1, 2, 3]])
+    cached = generate(model, prompt, max_new_tokens=30, temperature=0.0)  # up to position 32 > 16
+    assert torch.equal(cached, generate(model, prompt, max_new_tokens=30, temperature=0.0, use_cache=False))
+
+
+def test_learned_positions_past_the_table_fail_before_any_kernel(registry):
+    model = small_model(registry, "learned")
+    with pytest.raises(blockspec.ContextLengthError, match=r"positions up to 19.*context_length = 16.*at most 12"):
+        generate(model, torch.tensor([[1, 2, 3, 4]]), max_new_tokens=16, temperature=0.0)
+    with pytest.raises(blockspec.ContextLengthError, match="positions up to 16"):
+        model(torch.tensor([[1]]), start=16, cache=KVCache.for_model(model, batch_size=1, max_length=32))
+
+
+def test_a_full_cache_refuses_more_positions(registry):
+    model = small_model(registry, "rope")
+    cache = KVCache.for_model(model, batch_size=1, max_length=4)
+    model(torch.tensor([[1, 2, 3]]), cache=cache)
+    with pytest.raises(blockspec.ContextLengthError, match="KV cache holds 4 positions"):
+        model(torch.tensor([[4, 5]]), start=3, cache=cache)
+    with pytest.raises(ValueError, match="cannot continue at position 4"):
+        model(torch.tensor([[4]]), start=4, cache=cache)
+
+
+def test_sampling_is_reproducible_under_a_seed_and_respects_top_k(registry):
+    model = small_model(registry, "sinusoidal")
+    prompt = torch.tensor([[3, 1, 4]])
+    first = generate(model, prompt, max_new_tokens=10, temperature=1.5, top_k=3, seed=7)
+    assert torch.equal(first, generate(model, prompt, max_new_tokens=10, temperature=1.5, top_k=3, seed=7))
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, -2.0]])
+    draws = {sample(logits, temperature=10.0, top_k=2, generator=torch.Generator().manual_seed(s)).item()
+             for s in range(50)}
+    assert draws == {1, 3}
+
+
+def test_generate_leaves_the_training_mode_as_it_was(registry):
+    model = small_model(registry, "learned").train()
+    generate(model, torch.tensor([[1]]), max_new_tokens=2, temperature=0.0)
+    assert model.training
+
+
+@pytest.mark.parametrize("bad", [dict(max_new_tokens=-1), dict(temperature=-0.5), dict(top_k=0)])
+def test_bad_arguments_are_refused(registry, bad):
+    model = small_model(registry, "rope")
+    arguments = dict(max_new_tokens=2, temperature=1.0) | bad
+    with pytest.raises(ValueError, match="expected max_new_tokens >= 0"):
+        generate(model, torch.tensor([[1]]), **arguments)
+
+
+@pytest.mark.parametrize("positional", POSITIONALS)
+def test_the_uncached_forward_still_compiles_without_graph_breaks(registry, positional):
+    model = small_model(registry, positional)
+    ids = torch.randint(0, 29, (2, 16), generator=torch.Generator().manual_seed(3))
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(ids), model(ids))
