@@ -52,7 +52,8 @@ def speed_rows(name: str, data: dict[str, object]) -> list[str]:
 
 
 def gflops_rows(results: dict[str, object]) -> list[str]:
-    peak = results["machine"]["matmul_2048_gflops"]
+    machine = results["machine"]
+    peak = max(machine["matmul_2048_gflops"], machine.get("matmul_2048_gflops_end", 0.0))  # the best this run saw
     rows = []
     for name, data in results["cases"].items():
         if "speed" not in data:
@@ -143,7 +144,7 @@ def markdown(results: dict[str, object]) -> str:
     for name, data in results["cases"].items():
         out += speed_rows(name, data)
     sections = [
-        ("Achieved GFLOP/s (share of the fp32 matmul peak)",
+        ("Achieved GFLOP/s (share of the fp32 2048^2 matmul throughput, the better of start and end)",
          ["| case | pass | blockspec | reference | Hugging Face |", "| --- | --- | --- | --- | --- |"], gflops_rows),
         ("torch.compile(fullgraph=True) vs eager, blockspec forward (no grad)",
          ["| case | graphs | breaks | first call (s) | eager (ms) | compiled (ms) | compiled / eager | same logits |",
