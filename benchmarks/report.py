@@ -135,6 +135,7 @@ def markdown(results: dict[str, object]) -> str:
         f"{m.get('finished', '?')}. fp32 matmul 2048^2: {m['matmul_2048_gflops']:.1f} GFLOP/s at the start, "
         f"{m.get('matmul_2048_gflops_end', float('nan')):.1f} at the end.",
         "",
+        *([f"Note: {m['compile_rerun']}.", ""] if m.get("compile_rerun") else []),
         "Times are medians [min-max] over interleaved rounds; ratios are blockspec / peer "
         "(ratio of medians, against the target; then the median of per-round ratios and the ratio of the minima).",
         "",
