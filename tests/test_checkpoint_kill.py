@@ -60,9 +60,15 @@ def train_and_checkpoint_every_step(directory: str, training=None) -> None:
     path = Path(directory) / "ckpt"
     checkpoint = load_checkpoint(path) if path.exists() else None
     trainer = make_trainer(checkpoint)
+
+    def save_then_signal(t, _) -> None:
+        save_checkpoint(path, t.checkpoint())
+        if training is not None:
+            training.set()  # one checkpoint of this child is committed; kills may now land anywhere
+
+    trainer.run(on_step=save_then_signal)
     if training is not None:
-        training.set()  # from here on the child trains and writes checkpoints
-    trainer.run(on_step=lambda t, _: save_checkpoint(path, t.checkpoint()))
+        training.set()  # the run was already complete: nothing left to interrupt
 
 
 def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(tmp_path):
