@@ -42,7 +42,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for this size)")
     parser.add_argument("--plot", metavar="FILE", help="write both runs' loss curves to one PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    return parser.parse_args()
+    parser.add_argument("--chapter", action="store_true",
+                        help="the chapter's setting: embedding std 1.0, lr 1e-2, batch 64 (see docs/training.md)")
+    args = parser.parse_args()
+    if args.chapter:  # a from-scratch model: nn.Embedding's N(0, 1), on the scale of the amplitude-1 sinusoids
+        args.embedding_std, args.lr, args.batch_size = 1.0, 1e-2, 64
+    return args
 
 
 def train_one(name: str, data: CharDataset, args: argparse.Namespace, registry) -> dict:
