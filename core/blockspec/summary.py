@@ -36,7 +36,7 @@ def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary
 
     model = build(spec, registry=registry, device="meta")
     n_tokens = symbolic_length(spec)
-    shapes = _record_shapes(model, n_tokens)
+    shapes = _record_all_shapes(model, n_tokens)
     rows = _rows(model, shapes, n_tokens)
     total = sum(p.numel() for p in model.parameters())
     return ModelSummary(name=spec.model.name, parameters=total,
@@ -71,23 +71,6 @@ def _listed(model) -> list[tuple[str, object, int]]:
         elif name != "drop":
             listed.append((name, child, 0))
     return listed
-
-
-def _record_shapes(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
-    import torch
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    handles = [
-        module.register_forward_hook(lambda _m, _i, out, path=path: shapes.__setitem__(path, tuple(out.shape)))
-        for path, module, _ in _listed(model)
-    ]
-    try:
-        with torch.no_grad():
-            model(torch.zeros(1, n_tokens, dtype=torch.long, device="meta"))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return shapes
 
 
 def _rows(model, shapes: dict[str, tuple[int, ...]], n_tokens: int) -> list[ModuleRow]:
