@@ -40,3 +40,14 @@ def example_spec(registry):
         return blockspec.load_spec(SPECS / f"{stem}.toml", registry)
 
     return load
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Micro models run fastest on one intra-op thread; a second only adds contention on 2 cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -24,13 +24,7 @@ def _load_claims():
 claims = _load_claims()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small problems: a second intra-op thread only adds contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
 
 def test_sinusoidal_wavelengths_at_d_512():

@@ -11,7 +11,6 @@ import random
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 import blockspec

@@ -11,13 +11,7 @@ import blockspec
 from blockspec.generate import generate, sample
 from blockspec.modules.kv_cache import KVCache
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Micro models run fastest on one thread, and so leave the other cores to parallel test runs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
 
 SPEC = """

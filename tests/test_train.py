@@ -17,13 +17,7 @@ from blockspec.train.loop import Trainer, TrainConfig, TrainConfigError, make_co
 
 from .corpus import small_play
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Micro models run fastest on one thread, and so leave the other cores to parallel test runs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
 
 SPEC = """
