@@ -17,6 +17,7 @@ from typing import Any
 from attrs import frozen
 
 from .errors import CheckpointError
+from .json_file import read_json_object
 from .safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
 
 MANIFEST_FILE = "manifest.json"
@@ -107,20 +108,8 @@ def read_manifest(directory: Path) -> Manifest:
 
 
 def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MANIFEST_LIMIT + 1)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot read the manifest: {error.strerror}; "
-                              "is this a blockspec checkpoint directory?") from None
-    if len(raw) > MANIFEST_LIMIT:
-        raise CheckpointError(f"{path}: larger than the {MANIFEST_LIMIT}-byte limit for a manifest")
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise CheckpointError(f"{path}: not valid JSON ({type(error).__name__})") from None
-    _expect(path, isinstance(document, dict), "$", "expected a JSON object", document)
-    return document
+    return read_json_object(path, MANIFEST_LIMIT, what="the manifest",
+                            hint="; is this a blockspec checkpoint directory?")
 
 
 def _expect(path: Path, ok: bool, where: str, expected: str, found: Any) -> None:

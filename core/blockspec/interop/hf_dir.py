@@ -8,7 +8,6 @@ safetensors file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, BinaryIO
 import torch
 
 from ..errors import CheckpointError
+from ..json_file import read_json_object
 from ..manifest import check_file_name
 from ..safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
 
@@ -33,20 +33,7 @@ CARRIED_LIMIT = 64 * 1024 * 1024
 
 def read_json(path: Path) -> dict[str, Any]:
     """A bounded JSON object from disk, or CheckpointError naming the file."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(JSON_LIMIT + 1)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
-    if len(raw) > JSON_LIMIT:
-        raise CheckpointError(f"{path}: larger than the {JSON_LIMIT}-byte limit")
-    try:
-        document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise CheckpointError(f"{path}: not valid JSON ({type(error).__name__})") from None
-    if not isinstance(document, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, found {type(document).__name__}")
-    return document
+    return read_json_object(path, JSON_LIMIT)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
