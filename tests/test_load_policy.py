@@ -168,3 +168,14 @@ def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
     assert "BLOCKSPEC_PLUGINS = blockspec-heads,blockspec-norms" in report["policy"]
     assert report["torch"].startswith("2.") and report["quarantined"] == []
     assert [line.split(" (")[0] for line in report["unprobed"]] == ["head:classifier"]
+
+
+def test_a_registry_file_syntax_error_names_its_line_and_column(tmp_path):
+    from blockspec.catalogue import parse_registry_file
+
+    text = '[policy]\nload = "all"\n\n[policy.x\n'
+    with pytest.raises(SpecError) as caught:
+        parse_registry_file(text, "mine.toml")
+    (problem,) = caught.value.problems
+    assert (problem.file, problem.line, problem.column) == ("mine.toml", 4, 10)
+    assert problem.message == "invalid TOML: Expected ']' at the end of a table declaration"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -19,6 +18,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from . import toml_guard
 from .errors import Problem, SpecError
 
 CATALOGUE_NAME = "registry.toml"
@@ -80,10 +80,7 @@ def registry_file_override(path: str | None) -> Iterator[None]:
 
 
 def parse_registry_file(text: str, source: str) -> RegistryFile:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(Problem(file=source, line=1, message=f"invalid TOML: {error}")) from None
+    data = toml_guard.parse(text, source)
     problems = _FileChecker(source)
     policy, distributions = problems.check(data)
     if problems.found:

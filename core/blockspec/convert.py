@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -52,27 +51,8 @@ def _char_offset(data: bytes, byte_offset: int) -> int:
 
 def loads_spec(text: str, registry: Registry | None = None, *, file: str | None = None) -> ModelSpec:
     """Parse and validate TOML text; ``file`` names it in messages."""
-    toml_guard.check_text(text, file)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(_syntax_problem(error, file, text)) from None
-    except RecursionError:  # the guard bounds nesting; these two are the parser's own limits, kept as backstops
-        raise SpecError(Problem(file=file, line=1, message="invalid TOML: nested too deeply")) from None
-    except ValueError as error:  # e.g. an integer past Python's 4300-digit conversion limit
-        raise SpecError(Problem(file=file, line=1, message=f"invalid TOML: {str(error)[:120]}")) from None
+    data = toml_guard.parse(text, file)
     return structure_spec(data, registry, file=file, text=text)
-
-
-def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None, text: str) -> Problem:
-    message = str(error)
-    line, column = toml_guard.line_and_column(text, len(text))  # tomllib says "(at end of document)"
-    if "(at line " in message:
-        message, _, where = message.rpartition(" (at line ")
-        line_text, _, column_text = where.rstrip(")").partition(", column ")
-        line, column = int(line_text), int(column_text)
-    message = message.removesuffix(" (at end of document)")
-    return Problem(file=file, line=line, column=column, message=f"invalid TOML: {message}")
 
 
 def structure_spec(

@@ -142,7 +142,7 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 def check_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
-        raise TokenizerError(f"token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+        raise TokenizerError(f"--ids: token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
     return list(ids)
 
 

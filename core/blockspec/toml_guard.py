@@ -8,6 +8,8 @@ arrays recurse), so it is refused first, with the line and column.
 from __future__ import annotations
 
 import re
+import tomllib
+from typing import Any
 
 from .errors import Problem, SpecError
 
@@ -24,6 +26,30 @@ _ENDS = {
     "'''": re.compile(r"'''"),
     "#": re.compile(r"\n"),
 }
+
+
+def parse(text: str, file: str | None) -> dict[str, Any]:
+    """Guarded tomllib: size and nesting checked first, every parser failure a located SpecError."""
+    check_text(text, file)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(_syntax_problem(error, file, text)) from None
+    except RecursionError:  # the guard bounds nesting; these two are the parser's own limits, kept as backstops
+        raise SpecError(Problem(file=file, line=1, message="invalid TOML: nested too deeply")) from None
+    except ValueError as error:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise SpecError(Problem(file=file, line=1, message=f"invalid TOML: {str(error)[:120]}")) from None
+
+
+def _syntax_problem(error: tomllib.TOMLDecodeError, file: str | None, text: str) -> Problem:
+    message = str(error)
+    line, column = line_and_column(text, len(text))  # tomllib says "(at end of document)"
+    if "(at line " in message:
+        message, _, where = message.rpartition(" (at line ")
+        line_text, _, column_text = where.rstrip(")").partition(", column ")
+        line, column = int(line_text), int(column_text)
+    message = message.removesuffix(" (at end of document)")
+    return Problem(file=file, line=line, column=column, message=f"invalid TOML: {message}")
 
 
 def check_text(text: str, file: str | None) -> None:
