@@ -35,7 +35,7 @@ from .manifest import (
     check_sizes,
     read_manifest,
     record_files,
-    tensor_digests,
+    weights_digests,
     verify_file,
 )
 from .modules.transformer import Transformer
@@ -75,9 +75,9 @@ def save(
             (staging / name).parent.mkdir(exist_ok=True)
             (staging / name).write_bytes(data)
         write_file(unique_state(model), staging / WEIGHTS_FILE, metadata={"format": "pt"})
-        manifest = Manifest(files=record_files(staging, [*files, WEIGHTS_FILE]),
-                            tensors=tensor_digests(read_header(staging / WEIGHTS_FILE)),
-                            extra=_checked_extra(extra))
+        weights_record, tensors = weights_digests(read_header(staging / WEIGHTS_FILE))
+        records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
+        manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
         (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
     return target
 

@@ -79,10 +79,25 @@ def tensor_hasher(entry: TensorEntry) -> Any:
 
 def tensor_digests(header: SafetensorsHeader) -> dict[str, str]:
     """The digest of each tensor, read back from the file as written."""
-    digests: dict[str, Any] = {}
+    return weights_digests(header)[1]
+
+
+def weights_digests(header: SafetensorsHeader) -> tuple[FileRecord, dict[str, str]]:
+    """The file's record and each tensor's digest from one sequential read.
+
+    The validated layout tiles the data section exactly, so the header bytes followed by
+    every tensor's bytes in file order are the whole file.
+    """
+    size = header.path.stat().st_size
+    file_digest = hashlib.sha256()
+    with open(header.path, "rb") as handle:
+        file_digest.update(handle.read(min((e.start for e in header.entries.values()), default=size)))
+    tensors: dict[str, Any] = {}
     for name, block in iter_tensor_bytes(header):
-        digests.setdefault(name, tensor_hasher(header.entries[name])).update(block)
-    return {name: digest.hexdigest() for name, digest in digests.items()}
+        file_digest.update(block)
+        tensors.setdefault(name, tensor_hasher(header.entries[name])).update(block)
+    record = FileRecord(sha256=file_digest.hexdigest(), size=size)
+    return record, {name: digest.hexdigest() for name, digest in tensors.items()}
 
 
 def record_files(directory: Path, names: Iterable[str]) -> dict[str, FileRecord]:
