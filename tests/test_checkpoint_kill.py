@@ -1,13 +1,18 @@
-"""Kill -9 a training process at random moments while it checkpoints every step.
+"""Kill -9 a training process while it checkpoints every step.
 
-After every kill the last good checkpoint loads and is whole (its files agree on the
-step); resuming again and again still ends with exactly the uninterrupted run's losses.
+Half the kills come from inside: the child SIGKILLs itself at its k-th ``fsync``, so some
+kills land mid-write on any machine, however fast. The other half come from outside at
+random moments. After every kill the last good checkpoint loads and is whole (its files
+agree on the step); resuming again and again still ends with exactly the uninterrupted
+run's losses.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -20,7 +25,8 @@ from blockspec.train.loop import Trainer, TrainConfig
 
 from .corpus import small_play
 
-KILLS = 20
+SELF_KILLS = 12
+OUTSIDE_KILLS = 8
 STEPS = 60
 SPEC = """
 [model]
@@ -54,8 +60,23 @@ def make_trainer(checkpoint=None) -> Trainer:
     return Trainer(blockspec.build(spec, registry=registry, seed=3), data, TrainConfig(**CONFIG), resume=checkpoint)
 
 
-def train_and_checkpoint_every_step(directory: str, training=None) -> None:
+def die_at_fsync(number: int) -> None:
+    """SIGKILL this process when it calls ``os.fsync`` for the ``number``-th time (only in the child)."""
+    real_fsync, calls = os.fsync, [0]
+
+    def counting_fsync(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == number:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real_fsync(fd)
+
+    os.fsync = counting_fsync
+
+
+def train_and_checkpoint_every_step(directory: str, training=None, fsync_to_die_at: int | None = None) -> None:
     """The child: resume from the last checkpoint if there is one, then save after every step."""
+    if fsync_to_die_at is not None:
+        die_at_fsync(fsync_to_die_at)
     path = Path(directory) / "ckpt"
     checkpoint = load_checkpoint(path) if path.exists() else None
     trainer = make_trainer(checkpoint)
@@ -70,6 +91,26 @@ def train_and_checkpoint_every_step(directory: str, training=None) -> None:
         training.set()  # the run was already complete: nothing left to interrupt
 
 
+def run_child(context, directory: Path, **kwargs):
+    child = context.Process(target=train_and_checkpoint_every_step, args=(str(directory),), kwargs=kwargs)
+    child.start()
+    return child
+
+
+def check_last_good(directory: Path, last_step: int) -> int:
+    """The committed checkpoint never goes back, and its files come from one write."""
+    if not (directory / "ckpt").exists():
+        return last_step  # killed before its first checkpoint
+    checkpoint = load_checkpoint(directory / "ckpt")
+    assert checkpoint.step >= last_step, "a committed checkpoint was lost"
+    assert len(checkpoint.training["history"]["train"]) == checkpoint.step, "files from different writes"
+    return checkpoint.step
+
+
+def new_temporaries(directory: Path, before: set[str]) -> bool:
+    return any(p.name not in before | {"ckpt"} for p in directory.iterdir())
+
+
 def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(tmp_path):
     context = multiprocessing.get_context("forkserver")
     # The server imports torch once (optimizer construction pulls in torch._dynamo); children fork from it.
@@ -77,25 +118,23 @@ def test_kill_minus_nine_at_random_moments_never_loses_the_last_good_checkpoint(
                                     "tests.test_checkpoint_kill"])
     rng = random.Random(0)
     last_step, mid_write = 0, 0
-    for _ in range(KILLS):
+    for _ in range(SELF_KILLS):
         before = {p.name for p in tmp_path.iterdir()}
+        child = run_child(context, tmp_path, fsync_to_die_at=rng.randint(1, 20))
+        child.join(timeout=120)
+        assert child.exitcode == -signal.SIGKILL, child.exitcode
+        mid_write += new_temporaries(tmp_path, before)
+        last_step = check_last_good(tmp_path, last_step)
+    assert 0 < last_step < STEPS and mid_write > 0, (last_step, mid_write)
+    for _ in range(OUTSIDE_KILLS):
         training = context.Event()
-        child = context.Process(target=train_and_checkpoint_every_step, args=(str(tmp_path), training))
-        child.start()
+        child = run_child(context, tmp_path, training=training)
         assert training.wait(timeout=120), "the child never started training"
         time.sleep(rng.uniform(0.0, 0.2))
         child.kill()  # SIGKILL
         child.join()
-        mid_write += any(p.name not in before | {"ckpt"} for p in tmp_path.iterdir())  # a new temporary left
-        if not (tmp_path / "ckpt").exists():
-            continue  # killed before its first checkpoint
-        checkpoint = load_checkpoint(tmp_path / "ckpt")
-        assert checkpoint.step >= last_step, "a committed checkpoint was lost"
-        assert len(checkpoint.training["history"]["train"]) == checkpoint.step, "files from different writes"
-        last_step = checkpoint.step
-    assert last_step > 0 and mid_write > 0, (last_step, mid_write)
-    finisher = context.Process(target=train_and_checkpoint_every_step, args=(str(tmp_path),))
-    finisher.start()
+        last_step = check_last_good(tmp_path, last_step)
+    finisher = run_child(context, tmp_path)
     finisher.join(timeout=120)
     assert finisher.exitcode == 0
     resumed = load_checkpoint(tmp_path / "ckpt")
