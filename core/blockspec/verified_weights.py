@@ -28,7 +28,7 @@ LAYER_INDEX = r"^blocks\.(\d+)\."
 def load_verified_weights(path: Path, manifest: Manifest, spec: ModelSpec, registry: Registry, spec_file: str
                           ) -> Transformer:
     """The model ``spec`` describes, filled from ``path``; CheckpointError on any mismatch."""
-    from .assemble import build
+    from .assemble import build_unfilled
 
     record = manifest.files.get(path.name)
     if record is None:
@@ -37,8 +37,8 @@ def load_verified_weights(path: Path, manifest: Manifest, spec: ModelSpec, regis
         header = _checked_header(path, spec, registry, spec_file)
     except CheckpointError as error:
         raise _corrupt_or(error, path, record.sha256) from None
-    model = build(spec, registry=registry, dtype=common_float_dtype([torch_dtype(e.dtype)
-                                                                     for e in header.entries.values()]))
+    model = build_unfilled(spec, registry=registry, dtype=common_float_dtype([torch_dtype(e.dtype)
+                                                                              for e in header.entries.values()]))
     state = unique_state(model)
     _check_dtype_kinds(state, header)
     _fill_and_verify(state, header, manifest, record.sha256)

@@ -30,7 +30,7 @@ def import_hf(
     The spec comes from config.json; the weights from model.safetensors (a pickle only with
     ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in eval mode.
     """
-    from ..assemble import build
+    from ..assemble import build_unfilled
     from ..plugins import load_registry
 
     directory = Path(directory)
@@ -42,7 +42,7 @@ def import_hf(
         rules = family.rules(spec)  # O(n_layers): only once the file has shown it holds that many
         meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
         _check(rules, meta_state, source, names, str(directory))
-        model = build(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
+        model = build_unfilled(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
         _fill(model, rules, lambda name: source.read(names[name]))
     model = model.to(dtype=dtype) if dtype is not None else model
     return model.eval()

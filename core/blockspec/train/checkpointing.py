@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from ..assemble import build
+from ..assemble import build_unfilled
 from ..checkpoint import load, read_extra_file, save
 from ..errors import CheckpointError
 from ..modules.transformer import Transformer
@@ -76,7 +76,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry
 
 def _holding(checkpoint: Checkpoint, registry: Registry | None) -> Transformer:
     """A CPU model holding the checkpoint's weights (FSDP's live model is sharded: save needs a whole one)."""
-    model = build(checkpoint.spec, registry=registry)
+    model = build_unfilled(checkpoint.spec, registry=registry)
     load_model_state(model, checkpoint.model_state, source="checkpoint")
     return model
 
