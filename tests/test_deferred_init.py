@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 import blockspec
+from blockspec import assemble
 from blockspec.assemble import build_unfilled
 from blockspec.deferred_init import DeferredInit
 
@@ -82,7 +84,9 @@ def test_seeded_random_init_is_reproducible_under_deferral():
     assert first.weight.abs().max() <= 1 / 6**0.5  # Kaiming-uniform's bound: the default init did run
 
 
-def test_build_keeps_what_gpt2_init_does_not_touch(registry):
+@pytest.mark.parametrize("defer_from", [0, 10**12], ids=["deferred", "eager"])
+def test_build_keeps_what_gpt2_init_does_not_touch(registry, monkeypatch, defer_from):
+    monkeypatch.setattr(assemble, "DEFER_FROM_PARAMETERS", defer_from)
     spec = blockspec.loads_spec(SPEC.format(positional="learned"), registry)
     model = blockspec.build(spec, registry=registry, seed=0)
     for name, tensor in model.named_parameters():

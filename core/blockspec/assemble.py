@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .context import BuildContext
+from .counting import estimate_parameters
 from .deferred_init import DeferredInit
 from .errors import Problem, SpecError
 from .modules.blocks import PostNormBlock, PreNormBlock
@@ -18,6 +19,9 @@ from .registry import Component, Registry
 from .spec import ComponentSpec, ModelSpec
 
 INIT_STD = 0.02  # GPT-2's initialisation
+# Deferring init costs ~1 µs per torch call of the construction and saves the default init of
+# every weight; it pays from about 2·10^5 parameters (a 2-core CPU: d = 128, L = 2 gains 20%).
+DEFER_FROM_PARAMETERS = 200_000
 
 
 def build(
@@ -55,20 +59,21 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
     with rng, _placement(target):
         if seed is not None:
             _seed(seed, target)
-        with DeferredInit() as deferred:
+        defer = not initialise or estimate_parameters(spec.model) >= DEFER_FROM_PARAMETERS
+        with DeferredInit() if defer else nullcontext(DeferredInit()) as deferred:
             model = _Assembler(spec, registry).model()
-        if target.type == "meta":
-            deferred.finish(overwritten=_all_tensors(model))  # meta tensors hold no values
-        elif initialise:
-            deferred.finish(overwritten=gpt2_initialised(model))
-            init_weights(model, spec.model.n_layers)
-        else:
-            deferred.finish(overwritten=model.state_dict(keep_vars=True).values())
+        if target.type != "meta":  # meta tensors hold no values: nothing to initialise
+            _initialise(model, deferred, gpt2=initialise)
     return model.to(dtype=dtype) if dtype is not None else model
 
 
-def _all_tensors(model: nn.Module) -> list[torch.Tensor]:
-    return [*model.parameters(), *model.buffers()]
+def _initialise(model: Transformer, deferred: DeferredInit, *, gpt2: bool) -> None:
+    """Run the deferred init calls that nothing overwrites; then GPT-2's init, or leave it to a loader."""
+    if deferred.calls:
+        overwritten = gpt2_initialised(model) if gpt2 else model.state_dict(keep_vars=True).values()
+        deferred.finish(overwritten=overwritten)
+    if gpt2:
+        init_weights(model, model.spec.model.n_layers)
 
 
 def _placement(target: torch.device):
