@@ -12,28 +12,38 @@ import torch
 from torch import nn
 
 from .errors import CheckpointError
+from .safetensors_file import SafetensorsHeader, read_header, read_tensor
+from .weights import check_shapes, owner_of
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Copy every tensor of ``path`` into ``model``; any missing, extra or misshapen tensor is an error."""
-    tensors = read_safetensors(path)
-    expected = model.state_dict()
-    _check_keys(path, expected, tensors, _tied_aliases(model))
-    _check_shapes(path, expected, tensors)
+    """Copy every tensor of ``path`` into ``model``; all missing, extra and misshapen tensors in one error.
+
+    The header is validated in Python before any tensor is read, as for checkpoints.
+    """
+    header = _validated_header(Path(path))
+    aliases = _tied_aliases(model)
+    expected = {n: tuple(t.shape) for n, t in model.state_dict().items() if n not in aliases}
+    found = {n: shape for n, shape in header.shapes().items() if n not in aliases}
+    check_shapes(expected, found, str(path), lambda name: owner_of(model, name))
+    tensors = _read_all(header)
+    _check_ties(path, tensors, aliases)
     model.load_state_dict(tensors, strict=False)  # strictness checked above, ties allowed
 
 
-def read_safetensors(path: str | Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    path = Path(path)
+def _validated_header(path: Path) -> SafetensorsHeader:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such weights file; expected a .safetensors file")
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({_first_line(error)})") from error
+        return read_header(path)
+    except CheckpointError as error:
+        detail = str(error).removeprefix(f"{path}: ")
+        raise CheckpointError(f"{path}: not a readable safetensors file ({detail})") from None
+
+
+def _read_all(header: SafetensorsHeader) -> dict[str, torch.Tensor]:
+    with open(header.path, "rb") as handle:
+        return {name: read_tensor(header, name, handle) for name in header.entries}
 
 
 def _tied_aliases(model: nn.Module) -> dict[str, str]:
@@ -48,35 +58,9 @@ def _tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-def _check_keys(path, expected: dict, found: dict, aliases: dict[str, str]) -> None:
-    missing = [k for k in expected if k not in found and not (k in aliases and aliases[k] in found)]
-    unexpected = [k for k in found if k not in expected]
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} tensor(s): {_listing(missing)}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} tensor(s): {_listing(unexpected)}")
-        raise CheckpointError(f"{path}: weights do not fit this spec's model; " + "; ".join(parts)
-                              + "; check that the spec matches the model the weights were saved from")
+def _check_ties(path, found: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:
+    """A file may hold a tied head under both names (Hugging Face's files do), but only with equal values."""
     for name, source in aliases.items():
         if name in found and source in found and not torch.equal(found[name], found[source]):
             raise CheckpointError(f"{path}: {name}: tied to {source} in this model, but the file holds different "
                                   "values for the two; use an untied head (tied = false) for these weights")
-
-
-def _check_shapes(path, expected: dict, found: dict) -> None:
-    for name, tensor in found.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(f"{path}: {name}: expected shape {tuple(expected[name].shape)}, "
-                                  f"found {tuple(tensor.shape)}; check the spec's sizes")
-
-
-def _listing(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -48,7 +48,7 @@ class Prepared:
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
-    from ..assemble import build
+    from ..assemble import build, build_unfilled
     from ..sources import load_model, load_spec_or_checkpoint, source_kind
     from ..weights_file import load_weights
 
@@ -56,9 +56,11 @@ def prepare(args: argparse.Namespace) -> Prepared:
     spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
     ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
     has_weights = source_kind(args.spec) != "spec"
-    model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
     if args.weights:
+        model = build_unfilled(spec, registry=registry)  # the file fills every tensor, or load_weights refuses it
         load_weights(model, args.weights)
+    else:
+        model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
     model.eval()
     labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or (str(args.spec) if has_weights else
