@@ -60,6 +60,20 @@ def test_bfloat16_and_gqa_round_trip_keep_dtype(registry, tmp_path):
     assert_same_model(model, loaded)
 
 
+def test_mixed_float_dtypes_load_cast_into_a_float32_model(saved, gpt2, registry):
+    """Tensors whose dtype is the model's are read straight into it; the others are cast on the way in."""
+    def half_the_norms(tensors):
+        return {k: v.half() if ".norm" in k else v for k, v in tensors.items()}
+
+    edit_weights(saved, half_the_norms)
+    resign(saved)
+    loaded = load(saved, registry=registry)
+    assert next(loaded.parameters()).dtype == torch.float32
+    for name, tensor in loaded.state_dict().items():
+        expected = gpt2.state_dict()[name]
+        assert torch.equal(tensor, expected.half().float() if ".norm" in name else expected), name
+
+
 def test_spec_toml_records_a_lock_per_component(saved, gpt2):
     text = (saved / "spec.toml").read_text()
     for component in gpt2.provenance.values():

@@ -16,6 +16,7 @@ from typing import Any
 
 from attrs import frozen
 
+from .background_digest import BackgroundDigest
 from .errors import CheckpointError
 from .json_file import read_json_object
 from .safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
@@ -89,14 +90,14 @@ def weights_digests(header: SafetensorsHeader) -> tuple[FileRecord, dict[str, st
     every tensor's bytes in file order are the whole file.
     """
     size = header.path.stat().st_size
-    file_digest = hashlib.sha256()
-    with open(header.path, "rb") as handle:
-        file_digest.update(handle.read(min((e.start for e in header.entries.values()), default=size)))
     tensors: dict[str, Any] = {}
-    for name, block in iter_tensor_bytes(header):
-        file_digest.update(block)
-        tensors.setdefault(name, tensor_hasher(header.entries[name])).update(block)
-    record = FileRecord(sha256=file_digest.hexdigest(), size=size)
+    with BackgroundDigest() as file_digest:
+        with open(header.path, "rb") as handle:
+            file_digest.update(handle.read(min((e.start for e in header.entries.values()), default=size)))
+        for name, block in iter_tensor_bytes(header):
+            file_digest.update(block)
+            tensors.setdefault(name, tensor_hasher(header.entries[name])).update(block)
+        record = FileRecord(sha256=file_digest.hexdigest(), size=size)
     return record, {name: digest.hexdigest() for name, digest in tensors.items()}
 
 

@@ -7,6 +7,7 @@ means every malformed file becomes one ``CheckpointError`` naming the file and t
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import struct
@@ -162,6 +163,25 @@ def read_bytes(header: SafetensorsHeader, name: str, handle: Any) -> bytearray:
     if len(data) != entry.end - entry.start:
         raise fail(header.path, "file shrank while it was read", name)
     return data
+
+
+def read_into(header: SafetensorsHeader, name: str, handle: Any, buffer: memoryview) -> memoryview:
+    """Read one tensor's raw bytes into ``buffer`` (exactly its size); returns ``buffer``."""
+    entry = header.entries[name]
+    if len(buffer) != entry.end - entry.start:
+        raise ValueError(f"tensor {name!r}: {entry.end - entry.start} bytes do not fit a {len(buffer)}-byte buffer")
+    handle.seek(entry.start)
+    if handle.readinto(buffer) != len(buffer):
+        raise fail(header.path, "file shrank while it was read", name)
+    return buffer
+
+
+def writable_bytes(tensor: Any) -> memoryview:
+    """A contiguous CPU tensor's memory as a writable byte buffer, without numpy."""
+    size = tensor.numel() * tensor.element_size()
+    if size == 0:
+        return memoryview(bytearray())
+    return memoryview((ctypes.c_char * size).from_address(tensor.data_ptr())).cast("B")
 
 
 def read_tensor(header: SafetensorsHeader, name: str, handle: Any) -> Any:

@@ -9,16 +9,17 @@ parsing or checking fails, the file digest decides whether the message says "cor
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
+from .background_digest import BackgroundDigest
 from .errors import CheckpointError
 from .manifest import Manifest, sha256_file, tensor_hasher
 from .modules.transformer import Transformer
 from .registry import Registry
-from .safetensors_file import SafetensorsHeader, as_tensor, read_bytes, read_header, torch_dtype
+from .safetensors_file import (SafetensorsHeader, TensorEntry, as_tensor, read_bytes, read_header, read_into,
+                               torch_dtype, writable_bytes)
 from .spec import ModelSpec
 from .weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, owner_of, unique_state
 
@@ -74,21 +75,32 @@ def _check_dtype_kinds(state: dict[str, torch.Tensor], header: SafetensorsHeader
 
 def _fill_and_verify(state: dict[str, torch.Tensor], header: SafetensorsHeader, manifest: Manifest,
                      sha256: str) -> None:
-    """One read of the file: its digest, each tensor's digest, and the copy into the model."""
-    whole, damaged = hashlib.sha256(), []
-    with open(header.path, "rb") as handle, torch.no_grad():
+    """One read of the file: its digest, each tensor's digest, and the copy into the model.
+
+    A damaged tensor may already be in the model when it is found: the error then discards it.
+    """
+    damaged = []
+    with BackgroundDigest() as whole, open(header.path, "rb") as handle, torch.no_grad():
         whole.update(handle.read(min(e.start for e in header.entries.values()) if header.entries else 0))
         for entry in sorted(header.entries.values(), key=lambda e: e.start):
-            data = read_bytes(header, entry.name, handle)
+            data = _read_into_model(state[entry.name], entry, header, handle)
             whole.update(data)
             digest = tensor_hasher(entry)
             digest.update(data)
             if manifest.tensors.get(entry.name) != digest.hexdigest():
                 damaged.append(entry.name)
-            elif not damaged:
-                state[entry.name].copy_(as_tensor(entry, data))
         whole.update(handle.read())
-    _raise_if_damaged(header.path, damaged, whole.hexdigest() != sha256)
+        file_differs = whole.hexdigest() != sha256
+    _raise_if_damaged(header.path, damaged, file_differs)
+
+
+def _read_into_model(target: torch.Tensor, entry: TensorEntry, header: SafetensorsHeader, handle) -> memoryview:
+    """The tensor's bytes, read straight into ``target``'s memory when the layouts agree (no copies)."""
+    if target.dtype == torch_dtype(entry.dtype) and target.is_contiguous() and target.device.type == "cpu":
+        return read_into(header, entry.name, handle, writable_bytes(target))
+    data = read_bytes(header, entry.name, handle)
+    target.copy_(as_tensor(entry, data))  # a cast: the model's dtype is not the file's
+    return memoryview(data)
 
 
 def _raise_if_damaged(path: Path, damaged: list[str], file_differs: bool) -> None:
