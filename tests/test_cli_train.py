@@ -117,7 +117,7 @@ def test_errors_are_single_lines_with_the_fix(files, capsys):
          "was trained from a different spec"),
         (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40"],
          "ask for at most 31 new tokens, or use sinusoidal/rope positions"),
-        (["generate", str(files / "ckpt"), "--prompt", "Zebra#"], "character '#' at position 5 is not in"),
+        (["generate", str(files / "ckpt"), "--prompt", "Zebra#"], "--prompt: character '#' at position 5 is not in"),
         (["generate", str(files / "nowhere"), "--prompt", "a"], "nowhere: no such checkpoint directory"),
     ]
     for argv, message in cases:

@@ -47,8 +47,8 @@ def test_dict_round_trip_and_bad_dicts():
         CharTokenizer("abca")
 
 
-def test_unknown_character_names_it_and_suggests_ids():
-    with pytest.raises(TokenizerError, match=r"character '#' at position 2 .* pass token ids with --ids"):
+def test_unknown_character_is_named_with_the_vocabulary():
+    with pytest.raises(TokenizerError, match=r"character '#' at position 2 .* vocabulary; use only"):
         CharTokenizer.default().encode("ab#")
     with pytest.raises(TokenizerError, match="outside the vocabulary 0..64"):
         CharTokenizer.default().decode([65])

@@ -96,7 +96,7 @@ def test_weights_that_do_not_fit_are_named(tmp_path, example_spec, registry):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (("--text", "To be#"), "character '#' at position 5"),
+    (("--text", "To be#"), "--text: character '#' at position 5"),
     (("--ids", "1,65"), "token id 65 is outside the vocabulary 0..64"),
     (("--text", ""), "expected at least one character"),
     (("--text", "To", "--stage", "nothing*"), "no stage matches 'nothing*'"),

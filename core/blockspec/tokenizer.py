@@ -70,7 +70,7 @@ class CharTokenizer:
             if char not in index:
                 raise TokenizerError(
                     f"character {char!r} at position {position} is not in the {self.vocab_size}-character "
-                    f"vocabulary; use only {_preview(self.chars)}, or pass token ids with --ids"
+                    f"vocabulary; use only {_preview(self.chars)}"
                 )
         return [index[c] for c in text]
 

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.checkpointing import load_model
 
     model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=args.device)
-    prompt = torch.tensor([tokenizer.encode(args.prompt)], dtype=torch.long, device=args.device)  # (1, N)
+    prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=args.device)  # (1, N)
     new_tokens = _new_tokens(args.max_new_tokens, model.positional.max_positions, prompt.shape[1])
     ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                    seed=args.seed, use_cache=not args.no_cache)
@@ -51,3 +51,12 @@ def _new_tokens(requested: int | None, max_positions: int | None, prompt_length:
     if max_positions is None:
         return DEFAULT_NEW_TOKENS
     return max(min(DEFAULT_NEW_TOKENS, max_positions - prompt_length), 0)
+
+
+def _encoded(tokenizer, prompt: str) -> list[int]:
+    from ..tokenizer import TokenizerError
+
+    try:
+        return tokenizer.encode(prompt)
+    except TokenizerError as error:
+        raise TokenizerError(f"--prompt: {error} (the characters of the text the model was trained on)") from None

@@ -75,7 +75,10 @@ def _input_ids(args: argparse.Namespace, vocab_size: int):
     if not args.text:
         raise TokenizerError("--text: expected at least one character, found an empty text")
     tokenizer = tokenizer_for(vocab_size)
-    return tokenizer.encode(args.text), tokenizer
+    try:
+        return tokenizer.encode(args.text), tokenizer
+    except TokenizerError as error:
+        raise TokenizerError(f"--text: {error}, or pass token ids with --ids") from None
 
 
 def label_of(tokenizer, token_id: int) -> str:
