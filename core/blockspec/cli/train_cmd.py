@@ -44,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
     from ..train.distributed import close_world, init_world
 
     world = init_world(args.device)
+    finished = False
     try:
-        return _train(args, world)
+        code = _train(args, world)
+        finished = True
+        return code
     finally:
-        close_world(world)
+        close_world(world, finished=finished)
 
 
 def _train(args: argparse.Namespace, world) -> int:

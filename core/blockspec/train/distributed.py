@@ -75,8 +75,13 @@ def init_world(device_request: str = "auto") -> World:
     return World(rank=dist.get_rank(), size=dist.get_world_size(), device=device)
 
 
-def close_world(world: World) -> None:
+def close_world(world: World, *, finished: bool = True) -> None:
+    """Leave the process group. After a clean run every rank first waits for the others (rank 0
+    may still be writing the checkpoint), so that no rank tears down gloo's connections while a
+    peer still uses them; after a failure waiting could hang on a rank that never arrives."""
     if world.size > 1 and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 
