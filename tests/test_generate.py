@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 from hypothesis import given
@@ -80,6 +81,30 @@ def test_cached_logits_match_a_full_forward(registry, positional, kv, placement)
         pieces += [model(ids[:, t : t + 1], start=t, cache=cache) for t in range(11, 16)]
     assert cache.length == 16
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_last_only_is_the_last_row_of_the_full_logits(registry, positional):
+    model = small_model(registry, positional)
+    ids = torch.randint(0, 29, (3, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        full, last = model(ids), model(ids, last_only=True)
+    assert last.shape == (3, 1, 29)
+    torch.testing.assert_close(last, full[:, -1:], rtol=1e-5, atol=1e-5)
+
+
+def test_generate_asks_for_the_last_position_only_from_an_lm_head(registry, monkeypatch):
+    model = small_model(registry, "rope")
+    seen = []
+    forward = type(model).forward
+    monkeypatch.setattr(type(model), "forward", lambda self, *a, **k: seen.append(k["last_only"]) or forward(self, *a, **k))
+    generate(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, temperature=0.0)
+    assert seen == [True, True]
+    pooling = attrs.evolve(model.provenance["head"], promises=frozenset())  # a head that may pool over positions
+    monkeypatch.setitem(model.provenance, "head", pooling)
+    seen.clear()
+    generate(model, torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2, temperature=0.0)
+    assert seen == [False, False]
 
 
 @given(split=st.integers(1, 15), seed=st.integers(0, 2**16))

@@ -38,11 +38,15 @@ class Transformer(nn.Module):
         self.spec: ModelSpec | None = None  # set by the assembler
         self.provenance: dict[str, Any] = {}  # module path -> registry Component
 
-    def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
+                last_only: bool = False) -> torch.Tensor:
         """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output.
 
         With a ``cache`` the keys and values of positions 0..start-1 come from it, and
         this call's are stored into it, so a decoding step passes only the new token.
+        ``last_only`` applies the head to the last position alone, (B, 1, |V|): what sampling
+        needs, and for a long prompt the head is a large share of the work. Only for heads
+        that work position by position (those that promise "lm").
         """
         self.positional.check_length(start + ids.shape[-1])
         if cache is not None:
@@ -58,4 +62,7 @@ class Transformer(nn.Module):
             for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
                 x = block(x, self.positional, start, layer_cache)
             cache.length = start + ids.shape[-1]
-        return self.head(self.final_norm(x))
+        x = self.final_norm(x)
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d)
+        return self.head(x)
