@@ -59,8 +59,9 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
     with rng, _placement(target):
         if seed is not None:
             _seed(seed, target)
+        deferred = DeferredInit()
         defer = not initialise or estimate_parameters(spec.model) >= DEFER_FROM_PARAMETERS
-        with DeferredInit() if defer else nullcontext(DeferredInit()) as deferred:
+        with deferred if defer else nullcontext():
             model = _Assembler(spec, registry).model()
         if target.type != "meta":  # meta tensors hold no values: nothing to initialise
             _initialise(model, deferred, gpt2=initialise)
