@@ -29,6 +29,19 @@ def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state  # Parameters and buffers, not copies: writing into them fills the model
 
 
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """State-dict names that repeat a tensor already listed -> that first name
+    (a tied head: {"head.weight": "embedding.weight"})."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in first:
+            aliases[name] = first[id(tensor)]
+        else:
+            first[id(tensor)] = name
+    return aliases
+
+
 def _identity(tensor: torch.Tensor) -> tuple:
     if tensor.device.type == "meta":
         return (id(tensor),)  # meta tensors have no storage to compare

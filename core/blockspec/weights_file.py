@@ -13,7 +13,7 @@ from torch import nn
 
 from .errors import CheckpointError
 from .safetensors_file import SafetensorsHeader, read_header, read_tensor
-from .weights import check_shapes, owner_of
+from .weights import check_shapes, owner_of, tied_aliases
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -22,7 +22,7 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     The header is validated in Python before any tensor is read, as for checkpoints.
     """
     header = _validated_header(Path(path))
-    aliases = _tied_aliases(model)
+    aliases = tied_aliases(model)
     expected = {n: tuple(t.shape) for n, t in model.state_dict().items() if n not in aliases}
     found = {n: shape for n, shape in header.shapes().items() if n not in aliases}
     check_shapes(expected, found, str(path), lambda name: owner_of(model, name))
@@ -44,18 +44,6 @@ def _validated_header(path: Path) -> SafetensorsHeader:
 def _read_all(header: SafetensorsHeader) -> dict[str, torch.Tensor]:
     with open(header.path, "rb") as handle:
         return {name: read_tensor(header, name, handle) for name in header.entries}
-
-
-def _tied_aliases(model: nn.Module) -> dict[str, str]:
-    """Parameter name -> the first name sharing its storage (e.g. head.weight -> embedding.weight)."""
-    first: dict[int, str] = {}
-    aliases = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        if id(param) in first:
-            aliases[name] = first[id(param)]
-        else:
-            first[id(param)] = name
-    return aliases
 
 
 def _check_ties(path, found: dict[str, torch.Tensor], aliases: dict[str, str]) -> None:

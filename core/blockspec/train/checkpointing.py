@@ -31,7 +31,8 @@ from ..modules.transformer import Transformer
 from ..registry import Registry
 from ..spec import ModelSpec
 from ..tokenizer import CharTokenizer, TokenizerError
-from .state import load_model_state, tied_aliases
+from ..weights import tied_aliases
+from .state import load_model_state
 
 FORMAT = "blockspec-train-checkpoint"
 VERSION = 1

@@ -12,17 +12,7 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError
-
-
-def tied_aliases(model: nn.Module) -> set[str]:
-    """State-dict names that repeat a tensor already listed (a tied head's weight)."""
-    seen: set[int] = set()
-    aliases = set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) in seen:
-            aliases.add(name)
-        seen.add(id(tensor))
-    return aliases
+from ..weights import tied_aliases
 
 
 def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:
@@ -39,7 +29,7 @@ def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:
 
 def load_model_state(model: nn.Module, tensors: dict[str, torch.Tensor], *, source: str = "checkpoint") -> None:
     """Copy ``tensors`` into a plain (unwrapped) model; a missing or surplus tensor is a CheckpointError."""
-    expected = set(model.state_dict()) - tied_aliases(model)
+    expected = set(model.state_dict()) - tied_aliases(model).keys()
     missing, surplus = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
     if missing or surplus:
         raise CheckpointError(f"{source}: does not fit the model: missing {missing[:5]}, unexpected {surplus[:5]}")
