@@ -95,6 +95,18 @@ def test_weights_that_do_not_fit_are_named(tmp_path, example_spec, registry):
     ]
 
 
+def test_integer_weights_are_not_cast_into_a_float_model(tmp_path, example_spec, registry):
+    from safetensors.torch import save_file
+
+    model = blockspec.build(example_spec("tiny-shakespeare"), registry=registry, seed=0)
+    state = {k: v.clone() for k, v in model.state_dict().items() if k != "head.weight"}
+    state["final_norm.weight"] = torch.ones(64, dtype=torch.int32)
+    save_file(state, str(tmp_path / "ints.safetensors"))
+    with pytest.raises(blockspec.CheckpointError, match=r"tensor 'final_norm.weight': expected a floating dtype "
+                                                         r"like float32, found I32"):
+        load_weights(model, tmp_path / "ints.safetensors")
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("--text", "To be#"), "--text: character '#' at position 5"),
     (("--ids", "1,65"), "token id 65 is outside the vocabulary 0..64"),

@@ -21,7 +21,8 @@ from .registry import Registry
 from .safetensors_file import (SafetensorsHeader, TensorEntry, as_tensor, read_bytes, read_header, read_into,
                                torch_dtype, writable_bytes)
 from .spec import ModelSpec
-from .weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, owner_of, unique_state
+from .weights import (build_on_meta, check_dtype_kinds, check_layer_count, check_shapes, common_float_dtype,
+                      owner_of, unique_state)
 
 LAYER_INDEX = r"^blocks\.(\d+)\."
 
@@ -41,7 +42,7 @@ def load_verified_weights(path: Path, manifest: Manifest, spec: ModelSpec, regis
     model = build_unfilled(spec, registry=registry, dtype=common_float_dtype([torch_dtype(e.dtype)
                                                                               for e in header.entries.values()]))
     state = unique_state(model)
-    _check_dtype_kinds(state, header)
+    check_dtype_kinds(state, header)
     _fill_and_verify(state, header, manifest, record.sha256)
     return model
 
@@ -61,16 +62,6 @@ def _corrupt_or(error: CheckpointError, path: Path, sha256: str) -> CheckpointEr
         return CheckpointError(f"{path}: sha256 differs from the manifest: the file is corrupt or was modified\n"
                                f"{error}")
     return error
-
-
-def _check_dtype_kinds(state: dict[str, torch.Tensor], header: SafetensorsHeader) -> None:
-    """A float parameter is never filled from integers (or the reverse): copy_ would cast silently."""
-    lines = [f"{header.path}: tensor {name!r}: expected a {'floating' if t.is_floating_point() else 'non-floating'}"
-             f" dtype like {str(t.dtype).removeprefix('torch.')}, found {header.entries[name].dtype}"
-             for name, t in state.items()
-             if t.is_floating_point() != torch_dtype(header.entries[name].dtype).is_floating_point]
-    if lines:
-        raise CheckpointError("\n".join(lines))
 
 
 def _fill_and_verify(state: dict[str, torch.Tensor], header: SafetensorsHeader, manifest: Manifest,

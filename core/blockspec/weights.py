@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from .errors import CheckpointError
+from .safetensors_file import SafetensorsHeader, torch_dtype
 
 
 def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -76,6 +77,16 @@ def check_shapes(
               for n in found if n not in expected]
     lines += [f"{file}: tensor {n!r}{describe(n)}: expected shape {list(expected[n])}, found {list(found[n])}"
               for n in expected if n in found and tuple(found[n]) != tuple(expected[n])]
+    if lines:
+        raise CheckpointError("\n".join(lines))
+
+
+def check_dtype_kinds(state: dict[str, torch.Tensor], header: SafetensorsHeader) -> None:
+    """A float parameter is never filled from integers (or the reverse): copy_ would cast silently."""
+    lines = [f"{header.path}: tensor {name!r}: expected a {'floating' if t.is_floating_point() else 'non-floating'}"
+             f" dtype like {str(t.dtype).removeprefix('torch.')}, found {header.entries[name].dtype}"
+             for name, t in state.items() if name in header.entries
+             and t.is_floating_point() != torch_dtype(header.entries[name].dtype).is_floating_point]
     if lines:
         raise CheckpointError("\n".join(lines))
 

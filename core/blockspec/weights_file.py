@@ -13,7 +13,7 @@ from torch import nn
 
 from .errors import CheckpointError
 from .safetensors_file import SafetensorsHeader, read_header, read_tensor
-from .weights import check_shapes, owner_of, tied_aliases
+from .weights import check_dtype_kinds, check_shapes, owner_of, tied_aliases
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -26,6 +26,7 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     expected = {n: tuple(t.shape) for n, t in model.state_dict().items() if n not in aliases}
     found = {n: shape for n, shape in header.shapes().items() if n not in aliases}
     check_shapes(expected, found, str(path), lambda name: owner_of(model, name))
+    check_dtype_kinds(model.state_dict(), header)
     tensors = _read_all(header)
     _check_ties(path, tensors, aliases)
     model.load_state_dict(tensors, strict=False)  # strictness checked above, ties allowed
