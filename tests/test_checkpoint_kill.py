@@ -24,31 +24,12 @@ from blockspec.train.data import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
 
 from .corpus import small_play
+from .specs import spec_text
 
 SELF_KILLS = 12
 OUTSIDE_KILLS = 8
 STEPS = 60
-SPEC = """
-[model]
-vocab_size = 64
-context_length = 16
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-
-[positional]
-use = "sinusoidal"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
+SPEC = spec_text(vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4, d_ff=64, positional="sinusoidal")
 CONFIG = dict(steps=STEPS, batch_size=8, eval_every=5, eval_batches=2, seed=3)
 
 

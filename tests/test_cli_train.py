@@ -12,29 +12,10 @@ from blockspec.cli import main
 from blockspec.train.progress import Progress
 
 from .corpus import small_play
+from .specs import spec_text
 
-SPEC = """
-[model]
-name = "micro-{positional}"
-vocab_size = 64
-context_length = 32
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-
-[positional]
-use = "{positional}"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
+SPEC = spec_text(name="micro-{positional}", vocab_size=64, context_length=32, d_model=32, n_layers=2, n_heads=4,
+                 d_ff=64, positional="{positional}")
 FAST = ["--batch-size", "8", "--eval-batches", "2", "--lr", "1e-2"]
 
 

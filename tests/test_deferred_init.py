@@ -11,27 +11,10 @@ from blockspec import assemble
 from blockspec.assemble import build_unfilled
 from blockspec.deferred_init import DeferredInit
 
-SPEC = """
-[model]
-vocab_size = 50
-context_length = 16
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
+from .specs import spec_text
 
-[positional]
-use = "{positional}"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "swiglu"
-
-[head]
-use = "lm"
-"""
+SPEC = spec_text(vocab_size=50, context_length=16, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                 positional="{positional}", activation="swiglu")
 
 
 class InitThenScale(nn.Module):

@@ -20,29 +20,10 @@ from blockspec.train.data import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
 
 from .corpus import small_play
+from .specs import spec_text
 
-SPEC = """
-[model]
-name = "micro"
-vocab_size = 64
-context_length = 16
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-
-[positional]
-use = "rope"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
+SPEC = spec_text(name="micro", vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                 positional="rope")
 FLAGS = ["--steps", "1", "--batch-size", "8", "--eval-every", "0", "--eval-batches", "2", "--seed", "5"]
 
 

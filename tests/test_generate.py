@@ -12,40 +12,20 @@ import blockspec
 from blockspec.generate import generate, sample
 from blockspec.modules.kv_cache import KVCache
 
+from .specs import spec_text
+
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
 
-SPEC = """
-[model]
-name = "small-{positional}"
-vocab_size = 29
-context_length = 16
-d_model = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = {kv}
-d_ff = 48
-norm_placement = "{placement}"
-
-[positional]
-use = "{positional}"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
 POSITIONALS = ("learned", "sinusoidal", "rope", "alibi")  # alibi: the example third-party plugin, a score bias
 
 
 def small_model(registry, positional: str, *, kv: int = 4, placement: str = "pre", seed: int = 0):
     if registry.get("positional", positional) is None:
         pytest.skip(f"no {positional!r} positional component installed")
-    spec = blockspec.loads_spec(SPEC.format(positional=positional, kv=kv, placement=placement), registry)
+    text = spec_text(name=f"small-{positional}", vocab_size=29, context_length=16, d_model=32, n_layers=2, n_heads=4,
+                     n_kv_heads=kv, d_ff=48, norm_placement=placement, positional=positional)
+    spec = blockspec.loads_spec(text, registry)
     model = blockspec.build(spec, registry=registry, seed=seed)
     _sharpen(model)
     return model.eval()

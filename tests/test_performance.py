@@ -13,35 +13,18 @@ from hypothesis import strategies as st
 import blockspec
 from blockspec_positional.rope import RotaryPositions, rotary_angles
 
-TINY = """
-[model]
-vocab_size = 50
-context_length = 16
-d_model = 16
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-d_ff = 32
-dropout = {dropout}
-norm_placement = "{placement}"
+from .specs import spec_text
 
-[positional]
-use = "{positional}"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
 
 
 def tiny(registry, *, dropout=0.0, placement="pre", positional="learned", seed=0):
-    spec = blockspec.loads_spec(TINY.format(dropout=dropout, placement=placement, positional=positional), registry)
+    spec = blockspec.loads_spec(tiny_text(dropout=dropout, placement=placement, positional=positional), registry)
     return blockspec.build(spec, registry=registry, seed=seed)
+
+
+def tiny_text(*, dropout: float, placement: str, positional: str) -> str:
+    return spec_text(vocab_size=50, context_length=16, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32,
+                     dropout=dropout, norm_placement=placement, positional=positional)
 
 
 def dropout_calls(model: torch.nn.Module, ids: torch.Tensor) -> int:
@@ -127,7 +110,7 @@ def test_seeded_build_leaves_the_global_generator_alone(registry):
 
 
 def test_build_on_meta_and_on_the_default_device(registry):
-    spec = blockspec.loads_spec(TINY.format(dropout=0.0, placement="pre", positional="rope"), registry)
+    spec = blockspec.loads_spec(tiny_text(dropout=0.0, placement="pre", positional="rope"), registry)
     meta = blockspec.build(spec, registry=registry, device="meta")
     assert all(p.is_meta for p in meta.parameters())
     cpu = blockspec.build(spec, registry=registry, device=torch.device("cpu"), seed=0)

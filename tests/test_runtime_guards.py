@@ -12,30 +12,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import blockspec
 from blockspec import ContextLengthError, NonFiniteError, loads_spec
 from blockspec.debug import check_finite
+from .specs import spec_text
 
 CONTEXT = 8
-TINY = f"""
-[model]
-name = "tiny"
-vocab_size = 17
-context_length = {CONTEXT}
-d_model = 8
-n_layers = 2
-n_heads = 2
-d_ff = 16
-
-[positional]
-use = "learned"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
+TINY = spec_text(name="tiny", vocab_size=17, context_length=CONTEXT, d_model=8, n_layers=2, n_heads=2, d_ff=16)
 
 
 class KernelLog(TorchDispatchMode):

@@ -10,29 +10,9 @@ import blockspec
 from blockspec import SpecError, UnknownComponentError
 
 from .conftest import SPECS
+from .specs import spec_text
 
-BASE = """\
-[model]
-name = "t"
-vocab_size = 65
-context_length = 64
-d_model = 64
-n_layers = 2
-n_heads = 4
-d_ff = 256
-
-[positional]
-use = "learned"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""
+BASE = spec_text(name="t", vocab_size=65, context_length=64, d_model=64, n_layers=2, n_heads=4, d_ff=256)
 
 
 def problems(text: str, registry) -> list[blockspec.Problem]:

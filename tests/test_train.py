@@ -16,33 +16,13 @@ from blockspec.train.distributed import DistributedError, World
 from blockspec.train.loop import Trainer, TrainConfig, TrainConfigError, make_config
 
 from .corpus import small_play
+from .specs import spec_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
 
-SPEC = """
-[model]
-name = "micro"
-vocab_size = 64
-context_length = 16
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-
-[positional]
-use = "{positional}"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-tied = true
-"""
+SPEC = spec_text(name="micro", vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4, d_ff=64,
+                 positional="{positional}", tied=True)
 
 
 @pytest.fixture(scope="module")
