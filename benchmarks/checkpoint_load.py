@@ -18,7 +18,7 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 
 import blockspec
-from blockspec.weights import unique_state
+from blockspec.checkpoint.weights import unique_state
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ def hf_state(model: nn.Module, family: str) -> dict[str, torch.Tensor]:
     """The blockspec model's weights under Hugging Face names, through the interop weight map."""
     from blockspec.interop.families import FAMILIES
     from blockspec.interop.weight_map import to_hf
-    from blockspec.weights import unique_state
+    from blockspec.checkpoint.weights import unique_state
 
     return to_hf(FAMILIES[family].rules(model.spec), unique_state(model))
 

@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blockspec.background_digest import BackgroundDigest
+from blockspec.checkpoint.digest import BackgroundDigest
 
 
 @given(st.lists(st.binary(max_size=5000), max_size=20))

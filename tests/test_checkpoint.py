@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import blockspec
-from blockspec import atomic, checkpoint
-from blockspec.checkpoint import load, read_checkpoint_manifest, read_extra_file, save
+from blockspec.checkpoint import atomic
+from blockspec.checkpoint import directory as checkpoint
+from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
 from blockspec.errors import CheckpointError
-from blockspec.lock import LockMismatchWarning
+from blockspec.checkpoint.lock import LockMismatchWarning
 
 from .weights_helpers import edit_weights, gpt2_spec, llama_spec, randomized, resign
 

@@ -10,7 +10,7 @@ import pytest
 
 import blockspec
 from blockspec.cli import main
-from blockspec.plugins import load_registry
+from blockspec.registry.loading import load_registry
 
 from .conftest import SPECS
 from .test_spec import BASE

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import blockspec
-from blockspec.checkpoint import load, read_checkpoint_manifest
+from blockspec.checkpoint.directory import load, read_checkpoint_manifest
 from blockspec.cli import main
 from blockspec.interop import export_hf
 
@@ -96,7 +96,7 @@ def test_errors_are_lines_with_exit_2(capsys, tmp_path, argv):
 
 def test_sources_load_any_of_spec_checkpoint_and_hugging_face_directory(tmp_path, registry, hf_llama):
     from blockspec.errors import CheckpointError
-    from blockspec.sources import load_model, load_spec_or_checkpoint
+    from blockspec.interop.sources import load_model, load_spec_or_checkpoint
 
     model, hf_dir = hf_llama
     checkpoint = blockspec.save(model, tmp_path / "ckpt")

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import blockspec
-from blockspec import assemble
-from blockspec.assemble import build_unfilled
-from blockspec.deferred_init import DeferredInit
+from blockspec.assembly import assemble
+from blockspec.assembly.assemble import build_unfilled
+from blockspec.assembly.deferred_init import DeferredInit
 
 from .specs import spec_text
 

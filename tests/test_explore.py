@@ -19,9 +19,9 @@ import torch
 
 import blockspec
 from blockspec.cli import main
-from blockspec.explore.export import MAX_COLS, explorer_data, norm_steps, positional_view, stride_index
-from blockspec.explore.page import render
-from blockspec.trace import trace
+from blockspec.inspect.explore.export import MAX_COLS, explorer_data, norm_steps, positional_view, stride_index
+from blockspec.inspect.explore.page import render
+from blockspec.inspect.trace import trace
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 

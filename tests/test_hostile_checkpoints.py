@@ -28,11 +28,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import blockspec
-from blockspec.checkpoint import load, save
+from blockspec.checkpoint.directory import load, save
 from blockspec.cli import main
 from blockspec.errors import CheckpointError
 from blockspec.interop import export_hf, import_hf
-from blockspec.manifest import Manifest, read_manifest, record_files
+from blockspec.checkpoint.manifest import Manifest, read_manifest, record_files
 
 from .weights_helpers import gpt2_spec, randomized
 

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-from blockspec.checkpoint import load, save  # noqa: E402
+from blockspec.checkpoint.directory import load, save  # noqa: E402
 from blockspec.errors import CheckpointError  # noqa: E402
 from blockspec.interop import export_hf, import_hf  # noqa: E402
 

@@ -11,10 +11,10 @@ import warnings
 import pytest
 
 from blockspec import SpecError, UnknownComponentError, load_registry, loads_spec
-from blockspec.catalogue import provider_of, shipped_registry_file
+from blockspec.registry.catalogue import provider_of, shipped_registry_file
 from blockspec.cli import main as cli_main
-from blockspec.plugins import PluginPolicyWarning, PluginWarning, discover
-from blockspec.policy import Policy, current_policy
+from blockspec.registry.loading import PluginPolicyWarning, PluginWarning, discover
+from blockspec.registry.policy import Policy, current_policy
 
 from .conftest import SPECS
 from .plugin_dists import FAULTS, InstalledDists, write_distribution
@@ -171,7 +171,7 @@ def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
 
 
 def test_a_registry_file_syntax_error_names_its_line_and_column(tmp_path):
-    from blockspec.catalogue import parse_registry_file
+    from blockspec.registry.catalogue import parse_registry_file
 
     text = '[policy]\nload = "all"\n\n[policy.x\n'
     with pytest.raises(SpecError) as caught:

@@ -18,7 +18,7 @@ import pytest
 
 import blockspec
 from blockspec import PluginError, SpecError, UnknownComponentError, load_registry, loads_spec
-from blockspec.plugins import PluginWarning
+from blockspec.registry.loading import PluginWarning
 
 from .conftest import ROOT, SPECS
 from .plugin_dists import DUPLICATE, FAULTS, POSITIONS, InstalledDists, write_distribution

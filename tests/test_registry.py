@@ -11,9 +11,9 @@ from attrs import define, frozen
 
 import blockspec
 from blockspec import PluginError, RegistrationError
-from blockspec.kinds import KINDS
-from blockspec.plugins import PluginQuarantinedWarning, load_registry
-from blockspec.registry import Component, validate_component
+from blockspec.spec.kinds import KINDS
+from blockspec.registry.loading import PluginQuarantinedWarning, load_registry
+from blockspec.registry.components import Component, validate_component
 
 from .conftest import ROOT
 

@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import blockspec
 from blockspec import ContextLengthError, NonFiniteError, loads_spec
-from blockspec.debug import check_finite
+from blockspec.inspect.debug import check_finite
 from .specs import spec_text
 
 CONTEXT = 8

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import blockspec
 from blockspec.cli import main
-from blockspec.summary import TreeNode, component_tree
+from blockspec.inspect.summary import TreeNode, component_tree
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 

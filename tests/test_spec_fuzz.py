@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 import blockspec
 from blockspec import SpecError, load_spec, loads_spec, spec_to_dict, structure_spec
 from blockspec.cli import main as cli_main
-from blockspec.convert import TOP_LEVEL
-from blockspec.toml_guard import MAX_LINE_CHARS, MAX_NESTING
+from blockspec.spec.convert import TOP_LEVEL
+from blockspec.spec.toml_read import MAX_LINE_CHARS, MAX_NESTING
 
 from .conftest import SPECS
 
@@ -106,8 +106,8 @@ def warm_registry(registry):
     structuring code on first use; after this, loading a spec must compile nothing."""
     for path in sorted(SPECS.glob("*.toml")):
         load_spec(path, registry)
-    from blockspec.catalogue import catalogue
-    from blockspec.strict import CONVERTER as _CONVERTER
+    from blockspec.registry.catalogue import catalogue
+    from blockspec.spec.strict import CONVERTER as _CONVERTER
 
     catalogue()  # read once from the package's data, then cached
     for component in registry:
@@ -488,7 +488,7 @@ def test_a_file_past_the_size_limit_is_refused_without_reading_it_all(tmp_path, 
 
 @pytest.mark.parametrize("use", [
     "os:system", "subprocess:Popen", "builtins:eval", "os.path.join", "__import__('os').system('true')",
-    "blockspec.plugins:load_registry", "importlib:import_module",
+    "blockspec.registry.loading:load_registry", "importlib:import_module",
 ])
 def test_a_spec_can_never_import_code(use, warm_registry):
     text = BASE.replace('use = "layernorm"', f"use = {toml_string(use)}")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blockspec.tokenizer import (
+from blockspec.train.tokenizer import (
     TINY_SHAKESPEARE_CHARS,
     ByteTokenizer,
     CharTokenizer,

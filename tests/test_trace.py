@@ -1,4 +1,4 @@
-"""blockspec.trace: the stages of one forward pass, their names, shapes and makers."""
+"""blockspec.inspect.trace: the stages of one forward pass, their names, shapes and makers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import nn
 
 import blockspec
 from blockspec.modules.positional import PositionalEncoding
-from blockspec.trace import MODEL, NORM, POSITIONS, RESIDUAL, TraceError, trace
+from blockspec.inspect.trace import MODEL, NORM, POSITIONS, RESIDUAL, TraceError, trace
 
 SMALL = {"name": "small", "vocab_size": 40, "context_length": 16, "d_model": 16, "n_layers": 2,
          "n_heads": 4, "d_ff": 24, "bias": True, "norm_placement": "pre", "dropout": 0.0}
@@ -290,6 +290,6 @@ def test_blockspec_trace_is_callable_before_and_after_import(registry):
     model = small_model(registry)
     ids = ids_of(2)
     assert blockspec.trace(model, ids).names()[0] == "tokens"
-    module = importlib.import_module("blockspec.trace")
+    module = importlib.import_module("blockspec.inspect.trace")
     assert blockspec.trace is module and module(model, ids).names() == trace(model, ids).names()
     assert blockspec.Trace is module.Trace and blockspec.Stage is module.Stage

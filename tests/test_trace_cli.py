@@ -11,7 +11,7 @@ import torch
 
 import blockspec
 from blockspec.cli import main
-from blockspec.weights_file import load_weights
+from blockspec.checkpoint.weights_file import load_weights
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 

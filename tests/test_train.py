@@ -62,7 +62,7 @@ def test_text_the_model_cannot_hold_is_refused_with_the_fix():
 
 
 def blockspec_tokenizer(chars):
-    from blockspec.tokenizer import CharTokenizer
+    from blockspec.train.tokenizer import CharTokenizer
 
     return CharTokenizer(chars)
 

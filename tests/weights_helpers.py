@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import blockspec
-from blockspec.manifest import MANIFEST_FILE, Manifest, read_manifest, record_files, tensor_digests
-from blockspec.safetensors_file import read_header
+from blockspec.checkpoint.manifest import MANIFEST_FILE, Manifest, read_manifest, record_files, tensor_digests
+from blockspec.checkpoint.safetensors_file import read_header
 
 GPT2_TEXT = """
 [model]

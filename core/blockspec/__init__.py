@@ -9,9 +9,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .context import BuildContext
-from .convert import dump_spec, load_spec, loads_spec, spec_to_dict, structure_spec
-from .errors import (
+from blockspec import _moved
+
+from blockspec.registry.specs import load_spec, loads_spec, structure_spec
+from blockspec.spec.convert import dump_spec, spec_to_dict
+from blockspec.errors import (
     BlockspecError,
     CheckpointError,
     ContextLengthError,
@@ -22,44 +24,48 @@ from .errors import (
     SpecError,
     UnknownComponentError,
 )
-from .hookspecs import API_VERSION, hookimpl, hookspec
-from .plugins import load_registry, make_plugin_manager
-from .registry import Component, Registry
-from .spec import ComponentSpec, ModelConfig, ModelSpec
-from .tokenizer import CharTokenizer, TokenizerError
+from blockspec.registry.hookspecs import API_VERSION, hookimpl, hookspec
+from blockspec.registry.loading import load_registry, make_plugin_manager
+from blockspec.registry.components import Component, Registry
+from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.train.tokenizer import CharTokenizer, TokenizerError
+
+_moved.install()
 
 if TYPE_CHECKING:
-    from . import debug
-    from .assemble import build
-    from .checkpoint import load, save
-    from .counting import ParameterCount, count_parameters, estimate_parameters
-    from .modules.kv_cache import KVCache
-    from .modules.transformer import Transformer
-    from .trace import Stage, Trace, TraceError
+    from blockspec.assembly.context import BuildContext
+    from blockspec.inspect import debug
+    from blockspec.assembly.assemble import build
+    from blockspec.checkpoint.directory import load, save
+    from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
+    from blockspec.modules.kv_cache import KVCache
+    from blockspec.modules.transformer import Transformer
+    from blockspec.inspect.trace import Stage, Trace, TraceError
 
-_LAZY_MODULES = {"debug": ".debug"}  # submodules that import torch
+_LAZY_MODULES = {"debug": "blockspec.inspect.debug"}  # submodules that import torch
 _LAZY = {
-    "build": ".assemble",
-    "load": ".checkpoint",
-    "save": ".checkpoint",
-    "count_parameters": ".counting",
-    "estimate_parameters": ".counting",
-    "ParameterCount": ".counting",
-    "Transformer": ".modules.transformer",
-    "KVCache": ".modules.kv_cache",
-    "Stage": ".trace",
-    "Trace": ".trace",
-    "TraceError": ".trace",
+    "BuildContext": "blockspec.assembly.context",
+    "build": "blockspec.assembly.assemble",
+    "load": "blockspec.checkpoint.directory",
+    "save": "blockspec.checkpoint.directory",
+    "count_parameters": "blockspec.assembly.counting",
+    "estimate_parameters": "blockspec.assembly.counting",
+    "ParameterCount": "blockspec.assembly.counting",
+    "Transformer": "blockspec.modules.transformer",
+    "KVCache": "blockspec.modules.kv_cache",
+    "Stage": "blockspec.inspect.trace",
+    "Trace": "blockspec.inspect.trace",
+    "TraceError": "blockspec.inspect.trace",
 }
 
 
 def __getattr__(name: str):
     if name == "trace":  # the module, which is callable: blockspec.trace(model, ids) -> Trace
-        return import_module(".trace", __name__)
+        return import_module("blockspec.inspect.trace")
     if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
+        return getattr(import_module(_LAZY[name]), name)
     if name in _LAZY_MODULES:
-        return import_module(_LAZY_MODULES[name], __name__)
+        return import_module(_LAZY_MODULES[name])
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
 
 

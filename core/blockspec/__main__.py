@@ -1,5 +1,5 @@
 """``python -m blockspec``: the same as the ``blockspec`` command."""
 
-from .cli import main
+from blockspec.cli import main
 
 raise SystemExit(main())

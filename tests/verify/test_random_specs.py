@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import blockspec
-from blockspec.catalogue import catalogue
+from blockspec.registry.catalogue import catalogue
 from blockspec.testing.formulas import attention_parameters, layernorm_parameters, model_parameters
 from blockspec.testing.strategies import model_specs, token_batches
 

@@ -8,7 +8,7 @@ import sys
 
 import attrs
 
-from blockspec.kinds import PROMISE_MEANINGS, PROMISES
+from blockspec.spec.kinds import PROMISE_MEANINGS, PROMISES
 from blockspec.testing import PROPERTIES, check, properties_for, select
 from blockspec.testing.properties import find
 

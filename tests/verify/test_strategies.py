@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockspec.testing.strategies import configs, model_configs, token_batches
-from blockspec.validators import greater_than
+from blockspec.spec.validators import greater_than
 from blockspec_positional import RopeConfig
 
 

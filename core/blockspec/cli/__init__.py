@@ -7,9 +7,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..catalogue import REGISTRY_ENV, registry_file_override
-from ..errors import BlockspecError
-from . import (
+from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
+from blockspec.errors import BlockspecError
+from blockspec.cli import (
     check_cmd,
     doctor_cmd,
     explore_cmd,

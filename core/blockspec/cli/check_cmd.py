@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..convert import load_spec
-from ..counting import count_parameters
-from ..errors import SpecError
-from .common import registry_with_warnings
+from blockspec.registry.specs import load_spec
+from blockspec.assembly.counting import count_parameters
+from blockspec.errors import SpecError
+from blockspec.cli.common import registry_with_warnings
 
 
 def add_parser(subparsers) -> None:

@@ -8,8 +8,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from ..plugins import PluginWarning, load_registry
-from ..registry import Registry
+from blockspec.registry.loading import PluginWarning, load_registry
+from blockspec.registry.components import Registry
 
 
 def registry_with_warnings(*, probe: bool | None = None) -> Registry:

@@ -10,10 +10,10 @@ import argparse
 import platform
 import sys
 
-from ..plugins import STRICT_ENV, strict_default
-from ..policy import current_policy
-from ..registry import Registry
-from .common import print_json, print_table, registry_with_warnings
+from blockspec.registry.loading import STRICT_ENV, strict_default
+from blockspec.registry.policy import current_policy
+from blockspec.registry.components import Registry
+from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:

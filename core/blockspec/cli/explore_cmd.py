@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .trace_cmd import add_model_arguments, label_of, prepare
+from blockspec.cli.trace_cmd import add_model_arguments, label_of, prepare
 
 
 def add_parser(subparsers) -> None:
@@ -17,9 +17,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..explore.export import explorer_data
-    from ..explore.page import write_page
-    from ..trace import trace
+    from blockspec.inspect.explore.export import explorer_data
+    from blockspec.inspect.explore.page import write_page
+    from blockspec.inspect.trace import trace
 
     prepared = prepare(args)
     result = trace(prepared.model, torch.tensor([prepared.ids]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import registry_with_warnings
-from .import_cmd import HF_PREFIX
+from blockspec.cli.common import registry_with_warnings
+from blockspec.cli.import_cmd import HF_PREFIX
 
 
 def add_parser(subparsers) -> None:
@@ -18,9 +18,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..checkpoint import load, read_checkpoint_manifest, read_extra_file
-    from ..errors import CheckpointError
-    from ..interop import export_hf
+    from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file
+    from blockspec.errors import CheckpointError
+    from blockspec.interop import export_hf
 
     registry = registry_with_warnings()
     model = load(args.checkpoint, registry=registry)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import registry_with_warnings
+from blockspec.cli.common import registry_with_warnings
 
 DEFAULT_NEW_TOKENS = 200
 
@@ -28,8 +28,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..generate import generate
-    from ..train.checkpointing import load_model
+    from blockspec.train.generate import generate
+    from blockspec.train.checkpointing import load_model
 
     model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=args.device)
     prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=args.device)  # (1, N)
@@ -54,7 +54,7 @@ def _new_tokens(requested: int | None, max_positions: int | None, prompt_length:
 
 
 def _encoded(tokenizer, prompt: str) -> list[int]:
-    from ..tokenizer import TokenizerError
+    from blockspec.train.tokenizer import TokenizerError
 
     try:
         return tokenizer.encode(prompt)

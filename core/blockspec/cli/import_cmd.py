@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import registry_with_warnings
+from blockspec.cli.common import registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
 HF_PREFIX = "hf/"  # where the original config and tokenizer files travel inside the checkpoint
@@ -24,9 +24,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..checkpoint import save
-    from ..interop import import_hf
-    from ..interop.hf_dir import carried_files
+    from blockspec.checkpoint.directory import save
+    from blockspec.interop import import_hf
+    from blockspec.interop.hf_dir import carried_files
 
     registry = registry_with_warnings()
     source = Path(args.directory)

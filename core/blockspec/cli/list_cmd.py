@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..kinds import KINDS
-from .common import print_json, print_table, registry_with_warnings
+from blockspec.spec.kinds import KINDS
+from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:

@@ -6,9 +6,9 @@ import argparse
 
 import attrs
 
-from ..sources import load_spec_or_checkpoint
-from ..summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
-from .common import print_json, print_table, registry_with_warnings
+from blockspec.interop.sources import load_spec_or_checkpoint
+from blockspec.inspect.summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
+from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:

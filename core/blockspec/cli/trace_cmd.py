@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from attrs import frozen
 
-from ..errors import BlockspecError
-from ..tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
-from .common import print_json, print_table, registry_with_warnings
+from blockspec.errors import BlockspecError
+from blockspec.train.tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
+from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 TOP_K = 5
 
@@ -48,9 +48,9 @@ class Prepared:
 
 
 def prepare(args: argparse.Namespace) -> Prepared:
-    from ..assemble import build, build_unfilled
-    from ..sources import load_model, load_spec_or_checkpoint, source_kind
-    from ..weights_file import load_weights
+    from blockspec.assembly.assemble import build, build_unfilled
+    from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
+    from blockspec.checkpoint.weights_file import load_weights
 
     registry = registry_with_warnings()
     spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
@@ -94,7 +94,7 @@ def label_of(tokenizer, token_id: int) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..trace import trace
+    from blockspec.inspect.trace import trace
 
     if args.top < 0:
         raise BlockspecError(f"--top: expected a count >= 0, found {args.top}")
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def _plots(args, result, prepared: Prepared) -> list[str]:
     if not args.plot:
         return []
-    from ..trace_plots import write_plots
+    from blockspec.inspect.plots import write_plots
 
     return [str(p) for p in write_plots(result, prepared.model, args.plot, prepared.labels)]
 

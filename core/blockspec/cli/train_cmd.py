@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..convert import load_spec, spec_to_dict
-from ..errors import CheckpointError
-from .common import registry_with_warnings
+from blockspec.registry.specs import load_spec
+from blockspec.spec.convert import spec_to_dict
+from blockspec.errors import CheckpointError
+from blockspec.cli.common import registry_with_warnings
 
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
 
@@ -41,7 +42,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.distributed import close_world, init_world
+    from blockspec.train.distributed import close_world, init_world
 
     world = init_world(args.device)
     finished = False
@@ -54,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, world) -> int:
-    from ..assemble import build
-    from ..train.checkpointing import load_checkpoint
-    from ..train.data import CharDataset
-    from ..train.loop import Trainer
+    from blockspec.assembly.assemble import build
+    from blockspec.train.checkpointing import load_checkpoint
+    from blockspec.train.data import CharDataset
+    from blockspec.train.loop import Trainer
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
     spec = load_spec(args.spec, registry)
@@ -75,14 +76,14 @@ def _train(args: argparse.Namespace, world) -> int:
 
 
 def _quiet_registry():
-    from ..plugins import load_registry
+    from blockspec.registry.loading import load_registry
 
     return load_registry()
 
 
 def _config(args: argparse.Namespace, resume):
     """Defaults, then the resumed run's settings, then what this command line sets explicitly."""
-    from ..train.loop import make_config
+    from blockspec.train.loop import make_config
 
     base = resume.training["config"] if resume is not None else {}
     flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
@@ -106,7 +107,7 @@ class _Session:
     """What one `blockspec train` invocation shows and writes around the trainer's loop."""
 
     def __init__(self, args: argparse.Namespace, trainer) -> None:
-        from ..train.progress import Progress
+        from blockspec.train.progress import Progress
 
         self.args, self.trainer, self.world = args, trainer, trainer.world
         self.talk = self.world.is_main and not (args.json or args.quiet)
@@ -147,7 +148,7 @@ class _Session:
                                 f"  {time.perf_counter() - self.started:.1f}s")
 
     def save(self) -> None:
-        from ..train.checkpointing import save_checkpoint
+        from blockspec.train.checkpointing import save_checkpoint
 
         if self.trainer.sharded or self.world.is_main:
             checkpoint = self.trainer.checkpoint()  # a collective under FSDP
@@ -155,7 +156,7 @@ class _Session:
                 save_checkpoint(self.args.out, checkpoint)
 
     def plot(self) -> None:
-        from ..train.plot import plot_losses
+        from blockspec.train.plot import plot_losses
 
         name = self.trainer.spec.model.name
         plot_losses({name: self.trainer.history}, self.args.plot, title=f"{name} on {Path(self.args.data).name}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from ..errors import BlockspecError
-from ..kinds import KINDS
-from ..registry import Registry
-from .common import print_json, print_table, registry_with_warnings
+from blockspec.errors import BlockspecError
+from blockspec.spec.kinds import KINDS
+from blockspec.registry.components import Registry
+from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 CELLS = {"passed": "pass", "failed": "FAIL", "not applicable": "-"}
 
@@ -38,7 +38,7 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     _require_kit()
-    from ..testing.runner import DEFAULT_MAX_EXAMPLES, select, verify
+    from blockspec.testing.runner import DEFAULT_MAX_EXAMPLES, select, verify
 
     registry = registry_with_warnings()
     _check_selection(registry, args.distribution, args.component)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _require_kit() -> None:
-    from ..testing import HYPOTHESIS_MISSING
+    from blockspec.testing import HYPOTHESIS_MISSING
 
     try:
         import hypothesis  # noqa: F401

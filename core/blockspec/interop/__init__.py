@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .hf_export import export_hf
-from .hf_import import import_hf, spec_from_hf
+from blockspec.interop.hf_export import export_hf
+from blockspec.interop.hf_import import import_hf, spec_from_hf
 
 __all__ = ["export_hf", "import_hf", "spec_from_hf"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import CheckpointError
-from ..spec import ModelSpec
-from . import gpt2, llama
+from blockspec.errors import CheckpointError
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop import gpt2, llama
 
 FAMILIES: dict[str, ModuleType] = {"gpt2": gpt2, "llama": llama}
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from ..spec import ModelSpec
-from .weight_map import Rule, same
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop.weight_map import Rule, same
 
 PREFIX = "transformer."
 IGNORED = re.compile(r"(^|\.)h\.\d+\.attn\.(masked_)?bias$")  # causal-mask buffers of old checkpoints

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CheckpointError, Problem
-from ..spec import ModelSpec
+from blockspec.errors import CheckpointError, Problem
+from blockspec.spec.schema import ModelSpec
 
 GPT2 = "GPT2LMHeadModel"
 LLAMA = "LlamaForCausalLM"

@@ -15,10 +15,10 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ..errors import CheckpointError
-from ..json_file import read_json_object
-from ..manifest import check_file_name
-from ..safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
+from blockspec.errors import CheckpointError
+from blockspec.spec.json_read import read_json_object
+from blockspec.checkpoint.manifest import check_file_name
+from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"

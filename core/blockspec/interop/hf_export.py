@@ -7,17 +7,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_directory
-from ..errors import CheckpointError
-from ..manifest import check_file_name
-from ..modules.transformer import Transformer
-from ..safetensors_file import write_file
-from ..weights import unique_state
-from . import hf_config
-from .families import FAMILIES, family_for
-from .hf_dir import CONFIG, SAFETENSORS
-from .rope_layout import interleaved_state_as_half
-from .weight_map import to_hf
+from blockspec.checkpoint.atomic import atomic_directory
+from blockspec.errors import CheckpointError
+from blockspec.checkpoint.manifest import check_file_name
+from blockspec.modules.transformer import Transformer
+from blockspec.checkpoint.safetensors_file import write_file
+from blockspec.checkpoint.weights import unique_state
+from blockspec.interop import hf_config
+from blockspec.interop.families import FAMILIES, family_for
+from blockspec.interop.hf_dir import CONFIG, SAFETENSORS
+from blockspec.interop.rope_layout import interleaved_state_as_half
+from blockspec.interop.weight_map import to_hf
 
 
 def export_hf(

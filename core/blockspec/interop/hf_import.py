@@ -6,16 +6,16 @@ from pathlib import Path
 
 import torch
 
-from ..convert import structure_spec
-from ..errors import CheckpointError, SpecError
-from ..modules.transformer import Transformer
-from ..registry import Registry
-from ..spec import ModelSpec
-from ..weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
-from . import hf_config
-from .families import FAMILIES
-from .hf_dir import CONFIG, WeightSource, open_weights, read_config
-from .weight_map import Rule, hf_shapes, origin, to_blockspec
+from blockspec.registry.specs import structure_spec
+from blockspec.errors import CheckpointError, SpecError
+from blockspec.modules.transformer import Transformer
+from blockspec.registry.components import Registry
+from blockspec.spec.schema import ModelSpec
+from blockspec.checkpoint.weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
+from blockspec.interop import hf_config
+from blockspec.interop.families import FAMILIES
+from blockspec.interop.hf_dir import CONFIG, WeightSource, open_weights, read_config
+from blockspec.interop.weight_map import Rule, hf_shapes, origin, to_blockspec
 
 
 def import_hf(
@@ -30,8 +30,8 @@ def import_hf(
     The spec comes from config.json; the weights from model.safetensors (a pickle only with
     ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in eval mode.
     """
-    from ..assemble import build_unfilled
-    from ..plugins import load_registry
+    from blockspec.assembly.assemble import build_unfilled
+    from blockspec.registry.loading import load_registry
 
     directory = Path(directory)
     registry = registry if registry is not None else load_registry()

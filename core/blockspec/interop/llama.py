@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ..spec import ModelSpec
-from .weight_map import Rule, same, stacked
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop.weight_map import Rule, same, stacked
 
 IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")  # a buffer older transformers versions saved
 

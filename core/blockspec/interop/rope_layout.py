@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..spec import ModelConfig
+from blockspec.spec.schema import ModelConfig
 
 
 def interleaved_to_half(head_dim: int) -> torch.Tensor:

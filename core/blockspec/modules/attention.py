@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_cache import LayerCache
-from .positional import PositionalEncoding
+from blockspec.modules.kv_cache import LayerCache
+from blockspec.modules.positional import PositionalEncoding
 
 
 class CausalSelfAttention(nn.Module):

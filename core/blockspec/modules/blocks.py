@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .dropout import dropped
-from .kv_cache import LayerCache
-from .positional import PositionalEncoding
+from blockspec.modules.dropout import dropped
+from blockspec.modules.kv_cache import LayerCache
+from blockspec.modules.positional import PositionalEncoding
 
 
 class PreNormBlock(nn.Module):

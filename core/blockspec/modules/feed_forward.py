@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .activation import Activation
+from blockspec.modules.activation import Activation
 
 
 class FeedForward(nn.Module):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ContextLengthError
+from blockspec.errors import ContextLengthError
 
 
 class LayerCache:

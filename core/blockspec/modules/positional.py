@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..errors import ContextLengthError
+from blockspec.errors import ContextLengthError
 
 
 class PositionalEncoding(nn.Module):

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .dropout import dropped
-from .positional import PositionalEncoding
+from blockspec.modules.dropout import dropped
+from blockspec.modules.positional import PositionalEncoding
 
 if TYPE_CHECKING:
-    from .kv_cache import KVCache
-    from ..spec import ModelSpec
+    from blockspec.modules.kv_cache import KVCache
+    from blockspec.spec.schema import ModelSpec
 
 
 class Transformer(nn.Module):

@@ -16,11 +16,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .cases import Case
-    from .errors import NotApplicable, PropertyFailure
-    from .properties import PROPERTIES, Property, properties_for
-    from .pytest_plugin import verify_distribution
-    from .runner import Result, check, select, verify
+    from blockspec.testing.cases import Case
+    from blockspec.testing.errors import NotApplicable, PropertyFailure
+    from blockspec.testing.properties import PROPERTIES, Property, properties_for
+    from blockspec.testing.pytest_plugin import verify_distribution
+    from blockspec.testing.runner import Result, check, select, verify
 
 _LAZY = {
     "Case": ".cases",

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from ..spec import ModelConfig
+from blockspec.spec.schema import ModelConfig
 
 DTYPES = ("float32", "float64")
 

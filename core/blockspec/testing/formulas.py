@@ -7,7 +7,7 @@ nothing of its own).
 
 from __future__ import annotations
 
-from ..spec import ModelConfig
+from blockspec.spec.schema import ModelConfig
 
 
 def attention_parameters(model: ModelConfig) -> int:

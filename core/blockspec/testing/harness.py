@@ -9,10 +9,10 @@ from attrs import frozen
 from hypothesis import assume
 from torch import nn
 
-from ..context import BuildContext
-from ..modules.positional import PositionalEncoding
-from ..registry import Component
-from .cases import Case
+from blockspec.assembly.context import BuildContext
+from blockspec.modules.positional import PositionalEncoding
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
 
 
 @frozen

@@ -38,9 +38,9 @@ def verify_distribution(
     ``plugins`` adds uninstalled plugin objects as ``(module, distribution, version)``, as for
     ``blockspec.load_registry``.
     """
-    from ..plugins import load_registry
-    from .properties import properties_for
-    from .runner import select
+    from blockspec.registry.loading import load_registry
+    from blockspec.testing.properties import properties_for
+    from blockspec.testing.runner import select
 
     registry = load_registry(plugins=plugins, entry_points=entry_points)
     components = select(registry, distribution=distribution)
@@ -57,7 +57,7 @@ def verify_distribution(
 
 
 def _run_one(component, prop, request: pytest.FixtureRequest, max_examples: int | None) -> None:
-    from .runner import check
+    from blockspec.testing.runner import check
 
     options = request.config  # the defaults apply when the plugin itself is disabled (-p no:blockspec)
     examples = max_examples or options.getoption("blockspec_max_examples", default=None)

@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 from attrs import frozen
 
-from ..context import BuildContext
-from ..modules.activation import Activation
-from ..registry import Component, Registry
-from ..spec import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.assembly.context import BuildContext
+from blockspec.modules.activation import Activation
+from blockspec.registry.components import Component, Registry
+from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
 
 DISTRIBUTION = "blockspec.testing"
 NAME = "reference"
@@ -25,7 +25,7 @@ class ReferenceConfig:
 
 
 def _positional(config: ReferenceConfig, ctx: BuildContext):
-    from ..modules.positional import PositionalEncoding
+    from blockspec.modules.positional import PositionalEncoding
 
     return PositionalEncoding()
 
@@ -52,7 +52,7 @@ def _head(config: ReferenceConfig, ctx: BuildContext):
 
 
 def _attention(config: ReferenceConfig, ctx: BuildContext):
-    from ..builtin import CausalAttentionConfig, build_causal_attention
+    from blockspec.assembly.builtin import CausalAttentionConfig, build_causal_attention
 
     return build_causal_attention(CausalAttentionConfig(), ctx)
 

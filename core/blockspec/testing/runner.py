@@ -10,10 +10,10 @@ from attrs import frozen
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.reporting import with_reporter
 
-from ..registry import Component, Registry
-from .cases import Case
-from .errors import NotApplicable, PropertyFailure
-from .properties import Property, properties_for
+from blockspec.registry.components import Component, Registry
+from blockspec.testing.cases import Case
+from blockspec.testing.errors import NotApplicable, PropertyFailure
+from blockspec.testing.properties import Property, properties_for
 
 Status = Literal["passed", "failed", "not applicable"]
 DEFAULT_MAX_EXAMPLES = 25

@@ -13,11 +13,11 @@ from typing import Any, Literal
 import attrs
 from hypothesis import strategies as st
 
-from ..errors import FieldError
-from ..kinds import SECTIONS
-from ..registry import Component, Registry
-from ..spec import ComponentSpec, ModelConfig, ModelSpec
-from .cases import DTYPES, Case
+from blockspec.errors import FieldError
+from blockspec.spec.kinds import SECTIONS
+from blockspec.registry.components import Component, Registry
+from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.testing.cases import DTYPES, Case
 
 HEAD_COUNTS = (1, 2, 4)
 HEAD_DIMS = (2, 4, 8)

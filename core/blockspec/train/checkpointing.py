@@ -24,15 +24,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from ..assemble import build_unfilled
-from ..checkpoint import load, read_extra_file, save
-from ..errors import CheckpointError
-from ..modules.transformer import Transformer
-from ..registry import Registry
-from ..spec import ModelSpec
-from ..tokenizer import CharTokenizer, TokenizerError
-from ..weights import tied_aliases
-from .state import load_model_state
+from blockspec.assembly.assemble import build_unfilled
+from blockspec.checkpoint.directory import load, read_extra_file, save
+from blockspec.errors import CheckpointError
+from blockspec.modules.transformer import Transformer
+from blockspec.registry.components import Registry
+from blockspec.spec.schema import ModelSpec
+from blockspec.train.tokenizer import CharTokenizer, TokenizerError
+from blockspec.checkpoint.weights import tied_aliases
+from blockspec.train.state import load_model_state
 
 FORMAT = "blockspec-train-checkpoint"
 VERSION = 1

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import BlockspecError
-from ..tokenizer import CharTokenizer, TokenizerError
+from blockspec.errors import BlockspecError
+from blockspec.train.tokenizer import CharTokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from attrs import frozen
 from torch import nn
 
-from ..errors import BlockspecError
+from blockspec.errors import BlockspecError
 
 Strategy = Literal["ddp", "fsdp"]
 

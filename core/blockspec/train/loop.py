@@ -16,13 +16,13 @@ import torch
 import torch.nn.functional as F
 from attrs import field, frozen
 
-from ..errors import BlockspecError, FieldError
-from ..modules.transformer import Transformer
-from ..validators import at_least, greater_than, positive
-from .checkpointing import Checkpoint
-from .data import CharDataset, batch_seed
-from .distributed import Strategy, World, wrap
-from .state import load_model_state, load_optimizer_state, model_state, optimizer_state
+from blockspec.errors import BlockspecError, FieldError
+from blockspec.modules.transformer import Transformer
+from blockspec.spec.validators import at_least, greater_than, positive
+from blockspec.train.checkpointing import Checkpoint
+from blockspec.train.data import CharDataset, batch_seed
+from blockspec.train.distributed import Strategy, World, wrap
+from blockspec.train.state import load_model_state, load_optimizer_state, model_state, optimizer_state
 
 
 @frozen(kw_only=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import BlockspecError
-from .loop import History
+from blockspec.errors import BlockspecError
+from blockspec.train.loop import History
 
 
 class PlotError(BlockspecError, RuntimeError):

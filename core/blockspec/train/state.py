@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError
-from ..weights import tied_aliases
+from blockspec.errors import CheckpointError
+from blockspec.checkpoint.weights import tied_aliases
 
 
 def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from attrs import field, frozen, validators
 
-from blockspec import BuildContext, hookimpl
+from blockspec.plugin import BuildContext, hookimpl
 
 BLOCKSPEC_API = 1
 

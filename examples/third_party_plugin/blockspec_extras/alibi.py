@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.plugin import PositionalEncoding
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

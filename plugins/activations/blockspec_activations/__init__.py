@@ -6,7 +6,7 @@ from typing import Literal
 
 from attrs import frozen
 
-from blockspec import BuildContext, hookimpl
+from blockspec.plugin import BuildContext, hookimpl
 
 BLOCKSPEC_API = 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from blockspec.modules.activation import Activation
+from blockspec.plugin import Activation
 
 
 class ReLU(Activation):

@@ -6,8 +6,8 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from blockspec import BuildContext, hookimpl
-from blockspec.validators import positive
+from blockspec.plugin import BuildContext, hookimpl
+from blockspec.plugin import positive
 
 BLOCKSPEC_API = 1
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from blockspec import BuildContext, hookimpl
-from blockspec.validators import greater_than
+from blockspec.plugin import BuildContext, hookimpl
+from blockspec.plugin import greater_than
 
 BLOCKSPEC_API = 1
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from blockspec import BuildContext, hookimpl
-from blockspec.validators import greater_than
+from blockspec.plugin import BuildContext, hookimpl
+from blockspec.plugin import greater_than
 
 BLOCKSPEC_API = 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.plugin import PositionalEncoding
 
 
 class LearnedPositions(PositionalEncoding):

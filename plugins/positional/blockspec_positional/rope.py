@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.plugin import PositionalEncoding
 
 
 def rotary_angles(n_positions: int, head_dim: int, *, base: float = 10000.0, start: int = 0) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.plugin import PositionalEncoding
 
 
 def frequencies(d_model: int, base: float = 10000.0) -> torch.Tensor:

@@ -7,14 +7,14 @@ component, distribution and property.
 
 from __future__ import annotations
 
-from .activation import ACTIVATION
-from .attention import ATTENTION
-from .base import Property, assert_close, assert_like, assert_shape
-from .head import HEAD
-from .model import MODEL
-from .norm import NORM
-from .positional import POSITIONAL
-from .universal import UNIVERSAL
+from blockspec.testing.properties.activation import ACTIVATION
+from blockspec.testing.properties.attention import ATTENTION
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.properties.head import HEAD
+from blockspec.testing.properties.model import MODEL
+from blockspec.testing.properties.norm import NORM
+from blockspec.testing.properties.positional import POSITIONAL
+from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
     *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *UNIVERSAL, *MODEL,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Component
-from ..cases import Case
-from ..harness import exercise, generator
-from .base import Property, assert_close, assert_like, assert_shape
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import exercise, generator
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:

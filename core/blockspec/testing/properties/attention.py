@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from ...modules.positional import PositionalEncoding
-from ...registry import Component
-from ..cases import Case
-from ..errors import NotApplicable
-from ..harness import exercise, normal
-from ..strategies import sequences
-from .base import Property, assert_close, assert_like, assert_shape
+from blockspec.modules.positional import PositionalEncoding
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.errors import NotApplicable
+from blockspec.testing.harness import exercise, normal
+from blockspec.testing.strategies import sequences
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:

@@ -8,15 +8,15 @@ import torch
 from attrs import field, frozen
 from hypothesis.errors import HypothesisException
 
-from ...registry import Component
-from ..cases import Case
-from ..errors import NotApplicable, PropertyFailure
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.errors import NotApplicable, PropertyFailure
 
 Check = Callable[[Component, Case, str], None]
 
 
 def _default_cases(component: Component):
-    from ..strategies import cases
+    from blockspec.testing.strategies import cases
 
     return cases(component)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import attrs
 import torch
 
-from ...registry import Component
-from ..cases import Case
-from ..harness import exercise, normal
-from ..strategies import sequences
-from .base import Property, assert_close, assert_like, assert_shape
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import exercise, normal
+from blockspec.testing.strategies import sequences
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import attrs
 import torch
 
-from ...assemble import build
-from ...kinds import KINDS
-from ...registry import Component
-from ..cases import Case
-from ..formulas import model_parameters
-from ..harness import build_isolated
-from ..reference import ReferenceConfig, partner, solo_spec
-from ..strategies import sequences
-from .base import Property, assert_close, assert_shape
+from blockspec.assembly.assemble import build
+from blockspec.spec.kinds import KINDS
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.formulas import model_parameters
+from blockspec.testing.harness import build_isolated
+from blockspec.testing.reference import ReferenceConfig, partner, solo_spec
+from blockspec.testing.strategies import sequences
+from blockspec.testing.properties.base import Property, assert_close, assert_shape
 
 
 def solo_model(component: Component, case: Case, device: str, *, meta: bool = False):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Component
-from ..cases import Case
-from ..harness import build_isolated, exercise, normal
-from .base import Property, assert_close, assert_like, assert_shape
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import build_isolated, exercise, normal
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 

@@ -6,11 +6,11 @@ import attrs
 import torch
 from hypothesis import assume
 
-from ...errors import ContextLengthError
-from ...registry import Component
-from ..cases import Case
-from ..harness import build_isolated, clamp_start, exercise, normal
-from .base import Property, assert_close, assert_like, assert_shape
+from blockspec.errors import ContextLengthError
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import build_isolated, clamp_start, exercise, normal
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 FLAGS = {"additive": "adds", "rotary": "rotates", "score_bias": "biases"}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ...registry import Component
-from ..cases import Case
-from ..harness import build_isolated, exercise, outputs
-from .base import Property, assert_close
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import build_isolated, exercise, outputs
+from blockspec.testing.properties.base import Property, assert_close
 
 
 def check_finite(component: Component, case: Case, device: str) -> None:

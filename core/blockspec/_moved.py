@@ -1,0 +1,66 @@
+"""Old import paths from before the subpackages, kept working with a DeprecationWarning.
+
+``import blockspec.validators`` still works and warns once, naming where the module lives now.
+New code imports from ``blockspec.plugin`` (plugin authors) or the subpackages.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from importlib import import_module
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+MOVED = {
+    "spec": "spec.schema", "strict": "spec.strict", "problems": "spec.problems",
+    "validators": "spec.validators", "toml_guard": "spec.toml_read", "toml_text": "spec.toml_write",
+    "convert": "registry.specs", "kinds": "spec.kinds", "json_file": "spec.json_read",
+    "hookspecs": "registry.hookspecs", "plugins": "registry.loading",
+    "catalogue": "registry.catalogue", "policy": "registry.policy", "probe": "testing.probe",
+    "assemble": "assembly.assemble", "counting": "assembly.counting", "deferred_init": "assembly.deferred_init",
+    "context": "assembly.context", "builtin": "assembly.builtin",
+    "manifest": "checkpoint.manifest", "lock": "checkpoint.lock",
+    "safetensors_file": "checkpoint.safetensors_file", "verified_weights": "checkpoint.verified_weights",
+    "weights": "checkpoint.weights", "weights_file": "checkpoint.weights_file", "atomic": "checkpoint.atomic",
+    "background_digest": "checkpoint.digest",
+    "trace_plots": "inspect.plots", "summary": "inspect.summary", "debug": "inspect.debug",
+    "explore": "inspect.explore", "explore.page": "inspect.explore.page", "explore.export": "inspect.explore.export",
+    "generate": "train.generate", "tokenizer": "train.tokenizer", "sources": "interop.sources",
+}
+PREFIX = "blockspec."
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    """Finds only the old names; every other import passes through untouched."""
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
+        old = fullname.removeprefix(PREFIX)
+        if not fullname.startswith(PREFIX) or old not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(PREFIX + MOVED[old]))
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Hands out the module at its new place, under the old name too."""
+
+    def __init__(self, new_name: str) -> None:
+        self.new_name = new_name
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        warnings.warn(f"{spec.name} moved to {self.new_name}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        module = import_module(self.new_name)
+        self.real_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = self.real_spec  # the import machinery stamped the old name on it
+
+
+def install() -> None:
+    """Add the finder once; cheap, and imports nothing."""
+    if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())

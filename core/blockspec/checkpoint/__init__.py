@@ -1,0 +1,1 @@
+"""Weights on disk: checkpoint directories, manifests, locks, safetensors reading, weight checks, atomic writes."""

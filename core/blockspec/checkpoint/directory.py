@@ -1,0 +1,206 @@
+"""blockspec's own checkpoint: a directory that says what the model is, what built it, and its weights.
+
+Layout::
+
+    CKPT/
+      spec.toml           the spec, then a [lock] table: "kind:name" -> distribution + version
+      model.safetensors   unique tensors only (a tied head is stored once, as embedding.weight)
+      manifest.json       sha256 and size of every file, sha256 of every tensor, the caller's ``extra``
+      ...                 extra files given to ``save`` (e.g. tokenizer.json, optimizer.safetensors)
+
+The directory is written atomically (see atomic.py) and verified on load: a flipped bit in
+the spec or the weights fails the sha256 check before anything is parsed. Weights are only
+ever read from safetensors; nothing here unpickles.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from blockspec.checkpoint.atomic import atomic_directory, previous_of
+from blockspec.registry.specs import structure_spec
+from blockspec.spec.convert import dump_spec
+from blockspec.errors import CheckpointError, SpecError
+from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, split_lock
+from blockspec.checkpoint.manifest import (
+    MANIFEST_FILE,
+    Manifest,
+    check_file_name,
+    check_sizes,
+    read_manifest,
+    record_files,
+    weights_digests,
+    verify_file,
+)
+from blockspec.modules.transformer import Transformer
+from blockspec.registry.components import Registry
+from blockspec.checkpoint.safetensors_file import read_header, write_file
+from blockspec.spec.schema import ModelSpec
+from blockspec.checkpoint.verified_weights import load_verified_weights
+from blockspec.checkpoint.weights import unique_state
+
+SPEC_FILE = "spec.toml"
+WEIGHTS_FILE = "model.safetensors"
+RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE)
+
+
+def save(
+    model: Transformer,
+    path: str | Path,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
+) -> Path:
+    """Write ``model`` as a checkpoint directory at ``path``, atomically; return the path.
+
+    ``extra`` is JSON metadata kept in the manifest (``read_manifest(path).extra``).
+    ``extra_files`` maps names ("tokenizer.json", "hf/config.json": one or two plain parts) to
+    bytes written beside the model, covered by the manifest and the same atomic write; read
+    one back, verified, with ``read_extra_file``. An existing checkpoint at ``path`` is
+    replaced atomically; any other existing file or non-empty directory is refused.
+    """
+    target = Path(path)
+    spec = _spec_of(model)
+    files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
+    files.update(_checked_extra_files(extra_files))
+    _refuse_foreign(target)
+    with atomic_directory(target) as staging:
+        for name, data in files.items():
+            (staging / name).parent.mkdir(exist_ok=True)
+            (staging / name).write_bytes(data)
+        write_file(unique_state(model), staging / WEIGHTS_FILE, metadata={"format": "pt"})
+        weights_record, tensors = weights_digests(read_header(staging / WEIGHTS_FILE))
+        records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
+        manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
+        (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+    return target
+
+
+def _spec_of(model: Transformer) -> ModelSpec:
+    spec = getattr(model, "spec", None)
+    if not isinstance(spec, ModelSpec):
+        raise CheckpointError("cannot save: the model has no spec; build it with blockspec.build or blockspec.load")
+    return spec
+
+
+def _checked_extra_files(extra_files: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    checked = {}
+    for name, data in (extra_files or {}).items():
+        try:
+            check_file_name(name)
+        except ValueError as error:
+            raise CheckpointError(f"extra_files: {error}") from None
+        if name in RESERVED or name.split("/")[0] in RESERVED:
+            raise CheckpointError(f"extra_files: {name!r} is reserved for the checkpoint itself")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise CheckpointError(f"extra_files[{name!r}]: expected bytes, found {type(data).__name__}")
+        checked[name] = bytes(data)
+    return checked
+
+
+def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    try:
+        return json.loads(json.dumps(dict(extra or {}), allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"extra: must be JSON-serialisable: {error}") from None
+
+
+def _refuse_foreign(target: Path) -> None:
+    """Replacing a checkpoint is the point; wiping a directory that is not one never is."""
+    if not target.exists() and not target.is_symlink():
+        return
+    if target.is_dir() and not target.is_symlink():
+        if (target / MANIFEST_FILE).is_file() or not any(target.iterdir()):
+            return
+    raise CheckpointError(f"{target}: exists and is not a blockspec checkpoint; refusing to replace it "
+                          "(choose another path or remove it yourself)")
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(
+    path: str | Path,
+    *,
+    registry: Registry | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+) -> Transformer:
+    """Verify and load a checkpoint written by ``save``; the model comes back in eval mode.
+
+    Every file the manifest lists must be there with its recorded size; the spec and the
+    weights must match their sha256 (extra files are hashed when ``read_extra_file`` reads
+    them). ``dtype`` None keeps the stored floating dtype. Every problem with the weights (missing,
+    unexpected or mis-shaped tensors) is reported in one CheckpointError.
+    """
+    directory = checkpoint_directory(path)
+    registry = registry if registry is not None else _default_registry()
+    manifest = read_manifest(directory)
+    check_sizes(directory, manifest)
+    spec = _read_spec(directory, manifest, registry)
+    model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
+    model = model.to(dtype=dtype) if dtype is not None else model
+    return (model.to(device) if device is not None else model).eval()
+
+
+def load_spec_of(path: str | Path, registry: Registry | None = None) -> ModelSpec:
+    """Just the (verified) spec of a checkpoint: cheap, for ``show`` and friends."""
+    directory = checkpoint_directory(path)
+    registry = registry if registry is not None else _default_registry()
+    return _read_spec(directory, read_manifest(directory), registry)
+
+
+def read_extra_file(path: str | Path, name: str) -> bytes:
+    """One extra file of a checkpoint, after its size and sha256 match the manifest."""
+    directory = checkpoint_directory(path)
+    try:
+        check_file_name(name)
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    return verify_file(directory, read_manifest(directory), name).read_bytes()
+
+
+def read_checkpoint_manifest(path: str | Path) -> Manifest:
+    """The validated manifest: file list, tensor digests, and the ``extra`` given to save."""
+    return read_manifest(checkpoint_directory(path))
+
+
+def checkpoint_directory(path: str | Path) -> Path:
+    """The directory to read; the fallback swap's ``.previous`` copy if a kill interrupted it."""
+    directory = Path(path)
+    if directory.is_dir():
+        return directory
+    backup = previous_of(directory)
+    if not directory.exists() and (backup / MANIFEST_FILE).is_file():
+        warnings.warn(f"{directory}: missing; reading the previous checkpoint left at {backup} "
+                      "by an interrupted save", UserWarning, stacklevel=3)
+        return backup
+    what = "not a directory" if directory.exists() else "no such checkpoint directory"
+    raise CheckpointError(f"{directory}: {what}")
+
+
+def _default_registry() -> Registry:
+    from blockspec.registry.loading import load_registry
+
+    return load_registry()
+
+
+def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> ModelSpec:
+    path = verify_file(directory, manifest, SPEC_FILE)
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
+        raise CheckpointError(f"{path}: not a valid spec: {type(error).__name__}: {error}") from None
+    tables, lock = split_lock(document, str(path))
+    check_lock(lock, registry, str(path))
+    try:
+        return structure_spec(tables, registry, file=str(path))
+    except SpecError as error:
+        raise CheckpointError(str(error)) from None

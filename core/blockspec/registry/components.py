@@ -1,0 +1,139 @@
+"""Registry: kind -> name -> the components that provide it, with provenance."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+from attrs import field, frozen
+
+from blockspec.errors import RegistrationError
+from blockspec.spec.kinds import KINDS, PROMISES
+
+
+@frozen(kw_only=True)
+class Component:
+    """One registered component: how to configure it, how to build it, who made it."""
+
+    kind: str
+    name: str
+    config_cls: type
+    build: Callable[..., Any]
+    distribution: str
+    version: str
+    summary: str = ""
+    promises: frozenset[str] = frozenset()
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.distribution}:{self.name}"
+
+
+@frozen(kw_only=True)
+class Quarantine:
+    """A plugin that was not loaded, and why."""
+
+    distribution: str
+    version: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.distribution} {self.version} quarantined: {self.cause}"
+
+
+@frozen(kw_only=True)
+class Skipped:
+    """An installed plugin distribution the load policy left out (never imported)."""
+
+    distribution: str
+    version: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.distribution} {self.version} not loaded: {self.reason}"
+
+
+def validate_component(component: Component) -> None:
+    """Check a registration before it enters the registry (llm-style callback check)."""
+    if component.kind not in KINDS:
+        raise RegistrationError(
+            f"unknown kind {component.kind!r} for {component.name!r}; expected one of {', '.join(KINDS)}"
+        )
+    if not component.name or not component.name.replace("_", "").replace("-", "").isalnum():
+        raise RegistrationError(f"component name must be a plain identifier, found {component.name!r}")
+    cls = component.config_cls
+    if not (isinstance(cls, type) and attrs.has(cls) and _is_frozen(cls)):
+        raise RegistrationError(
+            f"{component.kind}:{component.name}: config_cls must be a frozen attrs class, found {cls!r}"
+        )
+    if not callable(component.build):
+        raise RegistrationError(f"{component.kind}:{component.name}: build must be callable")
+    unknown = component.promises - PROMISES[component.kind]
+    if unknown:
+        raise RegistrationError(
+            f"{component.kind}:{component.name}: unknown promises {sorted(unknown)}; "
+            f"a {component.kind} may promise {sorted(PROMISES[component.kind])}"
+        )
+
+
+def _is_frozen(cls: type) -> bool:
+    return getattr(cls.__setattr__, "__name__", "") == "_frozen_setattrs"
+
+
+@frozen
+class Registry:
+    """Every loaded component, plus the plugins that were quarantined."""
+
+    _by_kind: dict[str, dict[str, tuple[Component, ...]]] = field(factory=dict)
+    quarantined: tuple[Quarantine, ...] = ()
+    skipped: tuple[Skipped, ...] = ()  # left out by the load policy
+    unprobed: tuple[str, ...] = ()  # "kind:name (distribution): why" for components the probe could not check
+
+    @classmethod
+    def of(
+        cls,
+        components: list[Component],
+        quarantined: list[Quarantine] = (),
+        skipped: list[Skipped] = (),
+        unprobed: list[str] = (),
+    ) -> Registry:
+        table: dict[str, dict[str, list[Component]]] = {kind: {} for kind in KINDS}
+        for component in components:
+            table[component.kind].setdefault(component.name, []).append(component)
+        frozen_table = {k: {n: tuple(v) for n, v in names.items()} for k, names in table.items()}
+        return cls(frozen_table, tuple(quarantined), tuple(skipped), tuple(unprobed))
+
+    def __iter__(self) -> Iterator[Component]:
+        for kind in KINDS:
+            for name in sorted(self._by_kind.get(kind, {})):
+                yield from self._by_kind[kind][name]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def distributions(self) -> dict[str, tuple[str, int]]:
+        """Each loaded distribution -> (version, number of components it registered)."""
+        found: dict[str, tuple[str, int]] = {}
+        for component in self:
+            _, registered = found.get(component.distribution, (component.version, 0))
+            found[component.distribution] = (component.version, registered + 1)
+        return found
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._by_kind.get(kind, {}))
+
+    def providers(self, kind: str, name: str) -> tuple[Component, ...]:
+        return self._by_kind.get(kind, {}).get(name, ())
+
+    def get(self, kind: str, name: str, distribution: str | None = None) -> Component | None:
+        """The one component for a name, or None when absent; ambiguity is the caller's to report."""
+        found = self.providers(kind, name)
+        if distribution is not None:
+            found = tuple(c for c in found if c.distribution == distribution)
+        return found[0] if len(found) == 1 else None
+
+    def suggest(self, kind: str, name: str) -> str | None:
+        close = difflib.get_close_matches(name, self.names(kind), n=1, cutoff=0.6)
+        return close[0] if close else None

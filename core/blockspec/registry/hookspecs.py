@@ -1,0 +1,46 @@
+"""The plugin contract: pluggy markers and the hooks a plugin may implement."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from blockspec.assembly.context import BuildContext
+
+Build = Callable[[Any, "BuildContext"], "nn.Module"]
+"""``build(config, ctx)``: a component's config instance and the build context -> its module."""
+
+PROJECT = "blockspec"
+API_VERSION = 1  # plugins may declare BLOCKSPEC_API = 1 in their module
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class Register(Protocol):
+    """The callback a plugin receives; each call is checked as it arrives."""
+
+    def __call__(
+        self,
+        kind: str,
+        name: str,
+        config_cls: type,
+        build: Build,
+        *,
+        summary: str | None = None,
+        promises: tuple[str, ...] = (),
+    ) -> None: ...
+
+
+@hookspec
+def blockspec_register(register: Register) -> None:
+    """Register components by calling ``register(kind, name, config_cls, build)``.
+
+    ``config_cls`` is a frozen attrs class holding the component's own spec
+    fields; ``build(config, ctx)`` returns the ``nn.Module``.
+    """

@@ -1,0 +1,102 @@
+"""Reading specs against the installed components: the registry's half of the converter.
+
+The spec layer validates tables and fields; this module answers its one question, which
+component a ``use`` names, and says what to install when the answer is none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from blockspec.registry.catalogue import install_hint, provider_of
+from blockspec.registry.components import Component, Registry
+from blockspec.registry.policy import normalize
+from blockspec.spec import toml_read
+from blockspec.spec.convert import Unresolved, read_spec, read_spec_text
+from blockspec.spec.schema import ModelSpec
+
+
+def load_spec(path: str | Path, registry: Registry | None = None) -> ModelSpec:
+    """Read, parse and validate a TOML spec file; every problem is reported at once."""
+    return loads_spec(read_spec_text(path), registry, file=str(path))
+
+
+def loads_spec(text: str, registry: Registry | None = None, *, file: str | None = None) -> ModelSpec:
+    """Parse and validate TOML text; ``file`` names it in messages."""
+    data = toml_read.parse(text, file)
+    return structure_spec(data, registry, file=file, text=text)
+
+
+def structure_spec(
+    data: dict[str, Any],
+    registry: Registry | None = None,
+    *,
+    file: str | None = None,
+    text: str | None = None,
+) -> ModelSpec:
+    """A plain dict (as tomllib gives it) -> a validated ModelSpec, or SpecError listing every problem."""
+    if registry is None:
+        from blockspec.registry.loading import load_registry
+
+        registry = load_registry()
+    return read_spec(data, RegistryResolver(registry), file=file, text=text)
+
+
+class RegistryResolver:
+    """Answers the spec reader's ``use`` questions from a registry and the catalogue."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def names(self, kind: str) -> list[str]:
+        return self.registry.names(kind)
+
+    def resolve(self, kind: str, use: str) -> Component | Unresolved:
+        distribution, _, name = use.rpartition(":")
+        providers = self.registry.providers(kind, name)
+        if distribution:
+            providers = tuple(c for c in providers if c.distribution == distribution)
+        if len(providers) == 1:
+            return providers[0]
+        if len(providers) > 1:
+            both = " and ".join(c.distribution for c in providers)
+            return Unresolved(message=f"{kind} {name!r} is provided by {both}",
+                              hint=f'pin one, e.g. use = "{providers[0].qualified_name}"')
+        return self._unknown(kind, name, distribution or None)
+
+    def _unknown(self, kind: str, name: str, distribution: str | None) -> Unresolved:
+        provider = provider_of(kind, name)
+        if self.registry.providers(kind, name) and distribution:
+            others = ", ".join(c.distribution for c in self.registry.providers(kind, name))
+            return Unresolved(message=f"{kind} {name!r} is not provided by {distribution!r}",
+                              hint=f"it is provided by {others}", unknown=True)
+        skipped = self._skipped(provider) if provider else None
+        if skipped:
+            return Unresolved(message=f"{kind} {name!r} is not loaded: {provider} {skipped.reason}",
+                              hint="select it with BLOCKSPEC_PLUGINS or the registry file's [policy]", unknown=True)
+        if provider:
+            cause = self._quarantine_cause(provider)
+            message = f"{kind} {name!r} is not installed" + (f" ({cause})" if cause else "")
+            return Unresolved(message=message, hint=f"install the distribution {provider}{install_hint(provider)}",
+                              unknown=True)
+        return Unresolved(message=f"unknown {kind} {name!r}", hint=self._suggestion(kind, name), unknown=True)
+
+    def _suggestion(self, kind: str, name: str) -> str | None:
+        suggestion = self.registry.suggest(kind, name)
+        if suggestion:
+            source = self.registry.providers(kind, suggestion)[0].distribution
+            return f"did you mean {suggestion!r}? (provided by {source})"
+        if self.registry.names(kind):
+            return "installed: " + ", ".join(self.registry.names(kind))
+        return None
+
+    def _skipped(self, distribution: str) -> Any:
+        wanted = normalize(distribution)
+        return next((s for s in self.registry.skipped if normalize(s.distribution) == wanted), None)
+
+    def _quarantine_cause(self, distribution: str) -> str | None:
+        for entry in self.registry.quarantined:
+            if normalize(entry.distribution) == normalize(distribution):
+                return f"{distribution} was quarantined: {entry.cause}"
+        return None

@@ -1,0 +1,1 @@
+"""The spec: its schema, reading and writing TOML, the strict converter, problems and validators. No torch."""

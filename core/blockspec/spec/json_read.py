@@ -1,0 +1,28 @@
+"""Reading a JSON object from an untrusted file: bounded in size, every defect a CheckpointError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from blockspec.errors import CheckpointError
+
+
+def read_json_object(path: Path, limit: int, *, what: str = "", hint: str = "") -> dict[str, Any]:
+    """At most ``limit`` bytes of UTF-8 JSON holding an object; ``what`` names the file's role in messages."""
+    role = f" {what}" if what else ""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read{role}: {error.strerror}{hint}") from None
+    if len(raw) > limit:
+        raise CheckpointError(f"{path}: larger than the {limit}-byte limit{' for a' + role if role else ''}")
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise CheckpointError(f"{path}: not valid JSON ({type(error).__name__})") from None
+    if not isinstance(document, dict):
+        raise CheckpointError(f"{path}: $: expected a JSON object, found {type(document).__name__}")
+    return document

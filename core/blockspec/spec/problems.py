@@ -1,0 +1,82 @@
+"""Turning cattrs' exception groups into located problems: $.path, did-you-mean, line numbers."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+import attrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from blockspec.errors import FieldError
+from blockspec.spec.strict import SHORT
+
+
+def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
+    """cattrs' exception groups -> (path, message, hint) triples."""
+    if isinstance(error, (ClassValidationError, IterableValidationError)):
+        found = []
+        for inner in error.exceptions:
+            found += flatten(inner, _inner_path(inner, path), getattr(error, "cl", cls))
+        return found
+    if isinstance(error, ForbiddenExtraKeysError):
+        allowed = [a.name for a in attrs.fields(error.cl)]
+        return [
+            (join(path, key), f"unknown key {SHORT.repr(key)}", did_you_mean(key, allowed) or _allowed(allowed))
+            for key in sorted(error.extra_fields)
+        ]
+    if isinstance(error, KeyError):
+        return [(path, "missing required key", None)]
+    if isinstance(error, FieldError):
+        return [(join(path, error.field), error.message, None)]
+    if isinstance(error, (ValueError, TypeError)):
+        return [(path, str(error) or type(error).__name__, None)]
+    owner = getattr(cls, "__qualname__", "the config")
+    return [(path, f"{owner} raised {type(error).__name__}: {SHORT.repr(str(error))}", None)]
+
+
+def _inner_path(inner: BaseException, path: str) -> str:
+    for note in getattr(inner, "__notes__", ()):
+        name = getattr(note, "name", None)
+        if name is not None:
+            return join(path, name) if isinstance(name, str) else f"{path}[{name}]"
+    return path
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def join(path: str, key: Any) -> str:
+    """``$.model.d_ff``; keys that are not bare TOML keys are quoted: ``$.model["a b"]``."""
+    text = str(key)
+    if _BARE_KEY.fullmatch(text):
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text[:60] + ('...' if len(text) > 60 else ''))}]"
+
+
+def did_you_mean(word: str, choices: Any) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def _allowed(names: list[str]) -> str:
+    return "allowed keys: " + ", ".join(names) if names else "this component takes no keys besides use"
+
+
+def locate(text: str, path: str) -> int | None:
+    """Best-effort line number of ``$.table.key`` in the TOML text."""
+    parts = path.removeprefix("$.").split(".")
+    header = f"[{parts[0]}]"
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith(header)), None)
+    if start is None or len(parts) == 1:
+        return None if start is None else start + 1
+    for i in range(start + 1, len(lines)):
+        stripped = lines[i].strip()
+        if stripped.startswith("["):
+            break
+        if stripped.split("=", 1)[0].strip() == parts[1]:
+            return i + 1
+    return start + 1

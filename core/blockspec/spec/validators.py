@@ -1,0 +1,49 @@
+"""attrs validators that name the offending field, so errors carry a $.path."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from blockspec.errors import FieldError
+
+
+def positive(instance: Any, attribute: Any, value: Any) -> None:
+    """Sizes are counts: at least 1."""
+    if value is not None and value < 1:
+        raise FieldError(attribute.name, f"expected a positive integer, found {value!r}")
+
+
+def at_least(bound: float):
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if value is not None and value < bound:
+            raise FieldError(attribute.name, f"expected a number >= {bound}, found {value!r}")
+
+    return check
+
+
+def in_range(low: float, high: float, *, high_open: bool = True):
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        ok = low <= value < high if high_open else low <= value <= high
+        if not ok:
+            bracket = ")" if high_open else "]"
+            raise FieldError(attribute.name, f"expected a number in [{low}, {high}{bracket}, found {value!r}")
+
+    return check
+
+
+def greater_than(bound: float):
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if not value > bound:
+            raise FieldError(attribute.name, f"expected a number > {bound}, found {value!r}")
+
+    return check
+
+
+def one_of(choices: Collection[Any]):
+    def check(instance: Any, attribute: Any, value: Any) -> None:
+        if value not in choices:
+            listed = ", ".join(repr(c) for c in choices)
+            raise FieldError(attribute.name, f"expected one of {listed}, found {value!r}")
+
+    return check

@@ -1,0 +1,151 @@
+"""Text to token ids for character-level models, and a byte fallback for large vocabularies.
+
+``CharTokenizer`` is the stable, small API other tools reuse (training, trace, explore):
+``from_text``, ``encode``, ``decode``, ``to_dict`` / ``from_dict``, ``default``.
+Torch-free on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from attrs import field, frozen
+
+from blockspec.errors import BlockspecError
+
+# The sorted set of characters of the Tiny Shakespeare text: the 65-token vocabulary of the
+# chapter's character model (id 0 is "\n", id 1 is " ", ...).
+TINY_SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+BYTE_VOCAB = 256
+
+
+class TokenizerError(BlockspecError, ValueError):
+    """Text cannot be encoded (or ids decoded) with the chosen vocabulary."""
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def describe(self) -> str: ...
+
+
+def _distinct_chars(chars: str) -> str:
+    if not chars:
+        raise TokenizerError("a character vocabulary needs at least one character")
+    if len(set(chars)) != len(chars):
+        repeated = sorted({c for c in chars if chars.count(c) > 1})
+        raise TokenizerError(f"characters must be distinct, found repeats: {repeated!r}")
+    return chars
+
+
+@frozen
+class CharTokenizer:
+    """Token id i is the i-th character of ``chars``."""
+
+    chars: str = field(converter=_distinct_chars)
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """The sorted set of the characters of ``text`` (the chapter's recipe)."""
+        return cls("".join(sorted(set(text))))
+
+    @classmethod
+    def default(cls) -> CharTokenizer:
+        """The 65 characters of Tiny Shakespeare; no data file needed."""
+        return cls(TINY_SHAKESPEARE_CHARS)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        index = {c: i for i, c in enumerate(self.chars)}
+        for position, char in enumerate(text):
+            if char not in index:
+                raise TokenizerError(
+                    f"character {char!r} at position {position} is not in the {self.vocab_size}-character "
+                    f"vocabulary; use only {_preview(self.chars)}"
+                )
+        return [index[c] for c in text]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = list(ids)
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise TokenizerError(f"token id {bad[0]} is outside the vocabulary 0..{self.vocab_size - 1}")
+        return "".join(self.chars[i] for i in ids)
+
+    def describe(self) -> str:
+        return f"characters ({self.vocab_size})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "char", "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CharTokenizer:
+        if data.get("type") != "char" or not isinstance(data.get("chars"), str):
+            raise TokenizerError(f"expected {{'type': 'char', 'chars': str}}, found keys {sorted(data)}")
+        return cls(data["chars"])
+
+
+@frozen
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255: lets any vocabulary of at least 256 tokens take text.
+
+    Not the model's own tokenizer (GPT-2's BPE orders its bytes differently): meant for
+    following an input through a model, not for meaningful predictions.
+    """
+
+    vocab_size: int = BYTE_VOCAB
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < BYTE_VOCAB).decode("utf-8", errors="replace")
+
+    def describe(self) -> str:
+        return "UTF-8 bytes as ids 0-255 (not the model's own tokenizer)"
+
+
+def tokenizer_for(vocab_size: int) -> Tokenizer:
+    """The text tokenizer for a vocabulary size: Tiny Shakespeare's characters, or bytes for >= 256."""
+    if vocab_size == len(TINY_SHAKESPEARE_CHARS):
+        return CharTokenizer.default()
+    if vocab_size >= BYTE_VOCAB:
+        return ByteTokenizer()
+    raise TokenizerError(
+        f"no character vocabulary is known for vocab_size {vocab_size} (known: {len(TINY_SHAKESPEARE_CHARS)}, "
+        f"the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes); pass token ids with --ids"
+    )
+
+
+def parse_ids(text: str, vocab_size: int) -> list[int]:
+    """"1,2,3" -> [1, 2, 3], each checked against the vocabulary."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise TokenizerError("--ids: expected comma-separated token ids like 1,2,3, found nothing")
+    ids = []
+    for part in parts:
+        if not part.lstrip("-").isdigit():
+            raise TokenizerError(f"--ids: expected an integer token id, found {part!r}")
+        ids.append(int(part))
+    return check_ids(ids, vocab_size)
+
+
+def check_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise TokenizerError(f"--ids: token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+    return list(ids)
+
+
+def _preview(chars: str) -> str:
+    shown = repr(chars)
+    return shown if len(shown) <= 80 else shown[:77] + "...'"
