@@ -56,3 +56,12 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path, module, line, contract
     report = " ".join(result.stdout.split())  # lint-imports wraps long contract names
     assert result.returncode != 0
     assert re.search(re.escape(contract) + r"[^.]*? BROKEN", report), report[-2000:]
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "--json"], ["list", "--kind", "norm"]])
+def test_cheap_commands_load_no_torch(argv):
+    """`blockspec list` answers in a fraction of a second because nothing on its path imports torch."""
+    code = ("import sys\nfrom blockspec.cli import main\ncode = main(%r)\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)" % (argv,))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "NO-TORCH 0", done.stdout + done.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from blockspec.assembly.assemble import build
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec, estimate_parameters
 
@@ -19,6 +18,8 @@ class ParameterCount:
 
 def count_parameters(spec: ModelSpec, registry: Registry | None = None) -> ParameterCount:
     """Build on the meta device and count: a 70B spec costs no memory."""
+    from blockspec.assembly.assemble import build  # torch loads here, not when the CLI starts
+
     model = build(spec, registry=registry, device="meta")
     exact = sum(p.numel() for p in model.parameters())
     return ParameterCount(exact=exact, estimate=estimate_parameters(spec.model))

@@ -1,8 +1,28 @@
-"""Interoperation with Hugging Face checkpoints: GPT-2 and the Llama family, both directions."""
+"""Interoperation with Hugging Face checkpoints, both directions, and every kind of model source.
+
+Names load on first use: ``blockspec.interop.sources`` must stay cheap for the command line.
+"""
 
 from __future__ import annotations
 
-from blockspec.interop.hf_export import export_hf
-from blockspec.interop.hf_import import import_hf, spec_from_hf
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blockspec.interop.hf_export import export_hf
+    from blockspec.interop.hf_import import import_hf, spec_from_hf
+
+_LAZY = {
+    "export_hf": "blockspec.interop.hf_export",
+    "import_hf": "blockspec.interop.hf_import",
+    "spec_from_hf": "blockspec.interop.hf_import",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'blockspec.interop' has no attribute {name!r}")
+
 
 __all__ = ["export_hf", "import_hf", "spec_from_hf"]
