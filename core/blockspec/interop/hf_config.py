@@ -24,7 +24,9 @@ def architecture(config: dict[str, Any], file: str) -> str:
     """The supported architecture a config describes, from ``architectures`` or ``model_type``."""
     listed = config.get("architectures")
     model_types = {t: arch for family in FAMILIES for t, arch in family.model_types.items()}
-    names = listed if isinstance(listed, list) and listed else [model_types.get(config.get("model_type"))]
+    model_type = config.get("model_type")
+    by_type = model_types.get(model_type) if isinstance(model_type, str) else None
+    names = listed if isinstance(listed, list) and listed else [by_type]
     supported = [arch for family in FAMILIES for arch in family.architectures]
     if len(names) != 1 or not isinstance(names[0], str) or names[0] not in supported:
         found = listed if listed else f"model_type {config.get('model_type')!r}"
