@@ -1,4 +1,4 @@
-"""Interoperation with Hugging Face checkpoints: GPT-2 and the Llama family, both directions."""
+"""Interoperation with Hugging Face checkpoints, both directions, for each family in ``interop.families.FAMILIES``."""
 
 from __future__ import annotations
 
