@@ -31,11 +31,11 @@ def build_hf(spec: blockspec.ModelSpec, family: str, weights: nn.Module | None =
 
 def hf_state(model: nn.Module, family: str) -> dict[str, torch.Tensor]:
     """The blockspec model's weights under Hugging Face names, through the interop weight map."""
-    from blockspec.interop.families import FAMILIES
+    from blockspec.interop.families import family_named
     from blockspec.interop.weight_map import to_hf
     from blockspec.checkpoint.weights import unique_state
 
-    return to_hf(FAMILIES[family].rules(model.spec), unique_state(model))
+    return to_hf(family_named(family).rules(model.spec), unique_state(model))
 
 
 def _hf_gpt2(spec: blockspec.ModelSpec) -> nn.Module:

@@ -97,6 +97,12 @@ def test_unsupported_architectures_list_what_is_supported(architectures):
     assert "$.architectures: unsupported architecture" in message and "LlamaForCausalLM" in message
 
 
+@pytest.mark.parametrize("model_type", [["llama"], {"llama": 1}, 7])
+def test_a_model_type_that_is_no_string_is_refused_not_crashed_on(model_type):
+    config = {k: v for k, v in LLAMA.items() if k != "architectures"}
+    assert "$.architectures: unsupported architecture" in refused({**config, "model_type": model_type})
+
+
 def test_an_invalid_model_is_reported_against_config_json(tmp_path, registry):
     (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "num_attention_heads": 7}))
     with pytest.raises(CheckpointError, match=r"config.json: describes an invalid blockspec model:\n.*n_heads"):

@@ -1,4 +1,4 @@
-"""Interoperation with Hugging Face checkpoints, both directions, and every kind of model source.
+"""Hugging Face checkpoints both ways, for each family in ``interop.families.FAMILIES``; every model source.
 
 Names load on first use: ``blockspec.interop.sources`` must stay cheap for the command line.
 """

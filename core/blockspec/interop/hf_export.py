@@ -14,7 +14,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.checkpoint.safetensors_file import write_file
 from blockspec.checkpoint.weights import unique_state
 from blockspec.interop import hf_config
-from blockspec.interop.families import FAMILIES, family_for
+from blockspec.interop.families import family_for
 from blockspec.interop.hf_dir import CONFIG, SAFETENSORS
 from blockspec.interop.rope_layout import interleaved_state_as_half
 from blockspec.interop.weight_map import to_hf
@@ -41,7 +41,7 @@ def export_hf(
     state = unique_state(model)
     if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
         state = interleaved_state_as_half(state, spec.model)
-    tensors = to_hf(FAMILIES[family].rules(spec), state)
+    tensors = to_hf(family.rules(spec), state)
     dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     config = hf_config.hf_config(spec, family, dtype=dtype, base=dict(base_config or {}))
     with atomic_directory(target) as staging:

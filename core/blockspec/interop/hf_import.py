@@ -13,7 +13,7 @@ from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
 from blockspec.interop import hf_config
-from blockspec.interop.families import FAMILIES
+from blockspec.interop.family import Family
 from blockspec.interop.hf_dir import CONFIG, WeightSource, open_weights, read_config
 from blockspec.interop.weight_map import Rule, hf_shapes, origin, to_blockspec
 
@@ -38,7 +38,7 @@ def import_hf(
     spec, family = spec_from_hf(directory, registry)
     with open_weights(directory, allow_pickle=allow_pickle) as source:
         names = _normalized_names(source, family, spec, directory)
-        check_layer_count(names, family.LAYER_INDEX, spec.model.n_layers, str(directory), str(directory / CONFIG))
+        check_layer_count(names, family.layer_index, spec.model.n_layers, str(directory), str(directory / CONFIG))
         rules = family.rules(spec)  # O(n_layers): only once the file has shown it holds that many
         meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
         _check(rules, meta_state, source, names, str(directory))
@@ -48,11 +48,11 @@ def import_hf(
     return model.eval()
 
 
-def spec_from_hf(directory: Path, registry: Registry) -> tuple[ModelSpec, object]:
+def spec_from_hf(directory: Path, registry: Registry) -> tuple[ModelSpec, Family]:
     """The spec a Hugging Face directory's config.json describes, and its weight-map family."""
     config = read_config(directory)
     file = str(directory / CONFIG)
-    family = FAMILIES[hf_config.ARCHITECTURES[hf_config.architecture(config, file)]]
+    family = hf_config.family_of(config, file)
     document = hf_config.spec_dict(config, file=file, name=directory.resolve().name or "imported")
     try:
         return structure_spec(document, registry, file=file), family
@@ -60,7 +60,7 @@ def spec_from_hf(directory: Path, registry: Registry) -> tuple[ModelSpec, object
         raise CheckpointError(f"{file}: describes an invalid blockspec model:\n{error}") from None
 
 
-def _normalized_names(source: WeightSource, family, spec: ModelSpec, directory: Path) -> dict[str, str]:
+def _normalized_names(source: WeightSource, family: Family, spec: ModelSpec, directory: Path) -> dict[str, str]:
     """Canonical Hugging Face name -> the name in the file, dropping what transformers ignores too."""
     names: dict[str, str] = {}
     for name in source.shapes:

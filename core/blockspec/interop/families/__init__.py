@@ -1,0 +1,39 @@
+"""The Hugging Face families blockspec imports and exports: one module each, listed in FAMILIES.
+
+Adding a family is adding its module (see ``interop.family.Family``) and its ``FAMILY`` here.
+The order matters twice: an export takes the first family that fits the spec, and a config
+whose architecture is unsupported is told the supported ones in this order.
+"""
+
+from __future__ import annotations
+
+from blockspec.errors import CheckpointError
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop.family import Family
+from blockspec.interop.families import gpt2, llama
+
+FAMILIES: tuple[Family, ...] = (gpt2.FAMILY, llama.FAMILY)
+
+
+def family_named(name: str) -> Family:
+    """The family called ``name`` ('gpt2', 'llama'); KeyError if there is none."""
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise KeyError(name)
+
+
+def family_of_architecture(architecture: str) -> Family | None:
+    """The family that imports the Hugging Face class ``architecture``, if any."""
+    return next((family for family in FAMILIES if architecture in family.architectures), None)
+
+
+def family_for(spec: ModelSpec) -> Family:
+    """The first family the spec can be exported as; CheckpointError saying what keeps it from each."""
+    misfits = [(family, family.misfits(spec)) for family in FAMILIES]
+    for family, problems in misfits:
+        if not problems:
+            return family
+    lines = [f"{spec.model.name}: cannot export to the Hugging Face layout:"]
+    lines += [f"  as {family.title}: {'; '.join(problems)}" for family, problems in misfits]
+    raise CheckpointError("\n".join(lines))

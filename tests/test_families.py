@@ -1,0 +1,65 @@
+"""Every Hugging Face family in FAMILIES keeps the Family contract; a new family gets these checks by
+adding its smallest config.json to EXAMPLES."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import blockspec
+from blockspec.checkpoint.weights import build_on_meta, unique_state
+from blockspec.interop.config_reader import ConfigReader
+from blockspec.interop.families import FAMILIES, family_for, family_named
+from blockspec.interop.hf_config import family_of, spec_dict
+from blockspec.interop.weight_map import hf_shapes
+
+EXAMPLES = {  # family name -> a small config.json of it
+    "gpt2": {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4,
+             "n_positions": 64, "vocab_size": 50, "tie_word_embeddings": False},
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 50, "max_position_embeddings": 64, "rope_theta": 5e5},
+}
+NAMES = [family.name for family in FAMILIES]
+
+
+def spec_of(family_name: str, registry) -> blockspec.ModelSpec:
+    return blockspec.structure_spec(spec_dict(EXAMPLES[family_name], file="config.json", name="m"), registry)
+
+
+def test_every_family_has_an_example_and_a_unique_name_and_architectures():
+    assert sorted(EXAMPLES) == sorted(NAMES) and len(set(NAMES)) == len(NAMES)
+    architectures = [arch for family in FAMILIES for arch in family.architectures]
+    assert len(set(architectures)) == len(architectures)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_architecture_and_model_type_finds_its_family(name):
+    family = family_named(name)
+    for arch, model_type in family.architectures.items():
+        assert family_of({"architectures": [arch]}, "config.json") is family
+        assert family_of({"model_type": model_type}, "config.json") is family
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_json_round_trips_through_spec_dict(name, registry):
+    family, spec = family_named(name), spec_of(name, registry)
+    assert family.misfits(spec) == [] and family_for(spec) is family
+    reader = ConfigReader(family.config_json(spec), "exported")
+    assert family.spec_dict(reader, "m") == spec_dict(EXAMPLES[name], file="config.json", name="m")
+    assert reader.problems == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rules_cover_the_model_with_canonical_names_and_layer_indices(name, registry):
+    family, spec = family_named(name), spec_of(name, registry)
+    state = unique_state(build_on_meta(spec, registry, "config.json"))
+    rules = family.rules(spec)
+    assert {rule.target for rule in rules} == set(state)
+    for hf_name in hf_shapes(rules, state):
+        assert family.normalize_name(hf_name) == hf_name and not family.ignored(hf_name, spec)
+        layer = re.match(family.layer_index, hf_name)
+        assert layer is None or int(layer.group(1)) < spec.model.n_layers
+    per_layer = [n for n in hf_shapes(rules, state) if re.match(family.layer_index, n)]
+    assert len(per_layer) >= 2 * spec.model.n_layers
