@@ -7,7 +7,6 @@ the model is and what made it. The spec parser refuses unknown tables, so reader
 
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Annotated, Any
 
@@ -17,6 +16,7 @@ from attrs import field, frozen
 from blockspec.errors import CheckpointError
 from blockspec.registry.components import Registry
 from blockspec.spec.documents import structure_document
+from blockspec.spec.problems import join
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
 
@@ -71,7 +71,7 @@ def check_lock(lock: dict[str, Locked], registry: Registry, file: str) -> None:
         kind, _, name = key.partition(":")
         providers = registry.providers(kind, name)
         if not providers:
-            missing.append(f"{file}: $.lock.{json.dumps(key)}: {kind} {name!r} is not installed; "
+            missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is not installed; "
                            f"the checkpoint was saved with {locked.distribution} {locked.version} "
                            f"(pip install '{locked.distribution}=={locked.version}')")
         elif not any(p.distribution == locked.distribution and p.version == locked.version for p in providers):
