@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blockspec.spec.toml_write import dumps
+from tomli_w import dumps
 
 
 def spec_text(*, positional: str = "learned", norm: str = "layernorm", activation: str = "gelu", head: str = "lm",

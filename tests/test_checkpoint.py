@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tomllib
 import warnings
 
 import pytest
@@ -76,10 +77,10 @@ def test_mixed_float_dtypes_load_cast_into_a_float32_model(saved, gpt2, registry
 
 
 def test_spec_toml_records_a_lock_per_component(saved, gpt2):
-    text = (saved / "spec.toml").read_text()
+    lock = tomllib.loads((saved / "spec.toml").read_text())["lock"]
     for component in gpt2.provenance.values():
-        line = next(ln for ln in text.splitlines() if ln.startswith(f'"{component.kind}:{component.name}"'))
-        assert component.distribution in line and component.version in line
+        locked = lock[f"{component.kind}:{component.name}"]
+        assert locked == {"distribution": component.distribution, "version": component.version}
 
 
 def test_extra_metadata_and_files_round_trip_verified(gpt2, tmp_path):
@@ -146,8 +147,8 @@ def test_a_truncated_weights_file_is_refused_naming_the_file(saved, registry):
 def test_a_missing_component_names_its_locked_distribution(saved, registry):
     spec = saved / "spec.toml"
     text = spec.read_text().replace('use = "learned"', 'use = "missingpos"')
-    text = text.replace('"positional:learned" = { distribution = "blockspec-positional", version = "0.1.0" }',
-                        '"positional:missingpos" = { distribution = "blockspec-missingpos", version = "2.1" }')
+    text = text.replace('[lock."positional:learned"]\ndistribution = "blockspec-positional"\nversion = "0.1.0"',
+                        '[lock."positional:missingpos"]\ndistribution = "blockspec-missingpos"\nversion = "2.1"')
     spec.write_text(text)
     resign(saved)
     with pytest.raises(CheckpointError, match=r"positional 'missingpos' is not installed; .*blockspec-missingpos 2\.1 "
@@ -157,8 +158,8 @@ def test_a_missing_component_names_its_locked_distribution(saved, registry):
 
 def test_another_version_only_warns(saved, registry):
     spec = saved / "spec.toml"
-    spec.write_text(spec.read_text().replace('distribution = "blockspec-norms", version = "0.1.0"',
-                                             'distribution = "blockspec-norms", version = "0.0.9"'))
+    spec.write_text(spec.read_text().replace('distribution = "blockspec-norms"\nversion = "0.1.0"',
+                                             'distribution = "blockspec-norms"\nversion = "0.0.9"'))
     resign(saved)
     with pytest.warns(LockMismatchWarning, match="norm:layernorm was saved with blockspec-norms 0.0.9"):
         load(saved, registry=registry)

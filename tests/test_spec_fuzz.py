@@ -17,7 +17,6 @@ import contextlib
 import datetime as dt
 import io
 import json
-import math
 import sys
 import tempfile
 import tomllib
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import tomli_w
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +33,7 @@ import blockspec
 from blockspec import SpecError, load_spec, loads_spec, spec_to_dict, structure_spec
 from blockspec.cli import main as cli_main
 from blockspec.spec.convert import TOP_LEVEL
+from blockspec.spec.problems import join
 from blockspec.spec.toml_read import MAX_LINE_CHARS, MAX_NESTING
 
 from .conftest import SPECS
@@ -138,41 +139,16 @@ def assert_located(error: SpecError, file: str) -> None:
         assert "\n" not in str(problem), f"not one line: {str(problem)!r}"
 
 
-# ---------------------------------------------------------------- a TOML writer for arbitrary trees
-
-
-def toml_key(key: str) -> str:
-    bare = key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
-    return key if bare else toml_string(key)
+# ---------------------------------------------------------------- TOML text (tomli-w, as the library writes it)
 
 
 def toml_string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML forbids a raw DEL
-
-
-def toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    """``text`` as a TOML string literal, for splicing into a spec's text."""
+    return tomli_w.dumps({"k": text}).removeprefix("k = ").removesuffix("\n")
 
 
 def to_toml(document: dict) -> str:
-    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in document.items() if not isinstance(v, dict)]
-    for name, table in document.items():
-        if isinstance(table, dict):
-            lines.append(f"[{toml_key(name)}]")
-            lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
-    return "\n".join(lines) + "\n"
+    return tomli_w.dumps(document)
 
 
 # ---------------------------------------------------------------- strategies
@@ -271,7 +247,7 @@ def mutated(draw):
         document[table][wrong] = document[table].pop(key)
         if key == "use":  # the component is unknown, so its keys cannot be checked: the problem is at use
             return document, kind, f"$.{table}.use"
-        return document, kind, f"$.{table}.{wrong}" if toml_key(wrong) == wrong else None
+        return document, kind, join(f"$.{table}", wrong)
     elif kind == "swap":
         document[table][key] = draw(other_type_values(value))
     elif kind == "exact_int":  # the one allowed widening: an int a float holds exactly

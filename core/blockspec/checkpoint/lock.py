@@ -7,14 +7,18 @@ the model is and what made it. The spec parser refuses unknown tables, so reader
 
 from __future__ import annotations
 
-import json
 import warnings
-from typing import Any
+from typing import Annotated, Any
 
-from attrs import frozen
+import tomli_w
+from attrs import field, frozen
 
 from blockspec.errors import CheckpointError
 from blockspec.registry.components import Registry
+from blockspec.spec.documents import structure_document
+from blockspec.spec.problems import join
+from blockspec.spec.strict import CONVERTER
+from blockspec.spec.validators import Check
 
 LOCK_TABLE = "lock"
 
@@ -29,6 +33,16 @@ class Locked:
     version: str
 
 
+LockKey = Annotated[str, Check(lambda key: all(key.partition(":")[::2]), 'a "kind:name" key')]
+
+
+@frozen(kw_only=True)
+class LockDocument:
+    """The [lock] table alone; spec.toml's other tables are the spec's."""
+
+    lock: dict[LockKey, Locked] = field(factory=dict)
+
+
 def lock_of(model: Any) -> dict[str, Locked]:
     """"kind:name" -> provider, for every component the model's provenance records."""
     lock = {}
@@ -39,30 +53,15 @@ def lock_of(model: Any) -> dict[str, Locked]:
 
 
 def lock_toml(lock: dict[str, Locked]) -> str:
-    """The [lock] table as TOML text, one inline table per component."""
-    lines = [f"[{LOCK_TABLE}]"]
-    for key, locked in lock.items():
-        fields = f"distribution = {json.dumps(locked.distribution)}, version = {json.dumps(locked.version)}"
-        lines.append(f"{json.dumps(key)} = {{ {fields} }}")
-    return "\n".join(lines) + "\n"
+    """The [lock] table as TOML text, one sub-table per component."""
+    return tomli_w.dumps(CONVERTER.unstructure(LockDocument(lock=lock)))
 
 
 def split_lock(document: dict[str, Any], file: str) -> tuple[dict[str, Any], dict[str, Locked]]:
     """(the spec tables, the parsed lock) from a parsed spec.toml."""
     spec = {k: v for k, v in document.items() if k != LOCK_TABLE}
-    table = document.get(LOCK_TABLE, {})
-    if not isinstance(table, dict):
-        raise CheckpointError(f"{file}: $.lock: expected a table, found {type(table).__name__}")
-    return spec, {key: _locked(file, key, value) for key, value in table.items()}
-
-
-def _locked(file: str, key: str, value: Any) -> Locked:
-    kind, _, name = key.partition(":")
-    fields_ok = isinstance(value, dict) and set(value) == {"distribution", "version"}
-    if not (kind and name and fields_ok and all(isinstance(v, str) for v in value.values())):
-        raise CheckpointError(f"{file}: $.lock.{json.dumps(key)}: expected "
-                              '"kind:name" = { distribution = "...", version = "..." }')
-    return Locked(distribution=value["distribution"], version=value["version"])
+    table = {LOCK_TABLE: document[LOCK_TABLE]} if LOCK_TABLE in document else {}
+    return spec, structure_document(table, LockDocument, file=file, error=CheckpointError).lock
 
 
 def check_lock(lock: dict[str, Locked], registry: Registry, file: str) -> None:
@@ -72,7 +71,7 @@ def check_lock(lock: dict[str, Locked], registry: Registry, file: str) -> None:
         kind, _, name = key.partition(":")
         providers = registry.providers(kind, name)
         if not providers:
-            missing.append(f"{file}: $.lock.{json.dumps(key)}: {kind} {name!r} is not installed; "
+            missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is not installed; "
                            f"the checkpoint was saved with {locked.distribution} {locked.version} "
                            f"(pip install '{locked.distribution}=={locked.version}')")
         elif not any(p.distribution == locked.distribution and p.version == locked.version for p in providers):

@@ -12,14 +12,16 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from blockspec.checkpoint.digest import BackgroundDigest
-from blockspec.errors import CheckpointError
-from blockspec.spec.json_read import read_json_object
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
+from blockspec.errors import CheckpointError
+from blockspec.spec.documents import structure_document
+from blockspec.spec.json_read import read_json_object
+from blockspec.spec.validators import Check
 
 MANIFEST_FILE = "manifest.json"
 FORMAT = "blockspec-checkpoint"
@@ -27,12 +29,25 @@ FORMAT_VERSION = 1
 MANIFEST_LIMIT = 16 * 1024 * 1024
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_SAFE_NAME = "one or two plain parts like 'hf/config.json'"
+
+
+def _is_safe_name(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) <= 2 and all(_PART.fullmatch(p) for p in parts)
+
+
+Sha256 = Annotated[str, Check(lambda text: bool(_SHA256.fullmatch(text)), "64 lowercase hex digits")]
+FormatName = Annotated[str, Check(lambda text: text == FORMAT, repr(FORMAT))]
+FormatVersion = Annotated[int, Check(lambda version: version == FORMAT_VERSION,
+                                     f"{FORMAT_VERSION} (this blockspec reads version {FORMAT_VERSION})")]
+FileName = Annotated[str, Check(_is_safe_name, f"a safe file name: {_SAFE_NAME}")]
 
 
 @frozen(kw_only=True)
 class FileRecord:
-    sha256: str
-    size: int
+    sha256: Sha256
+    size: Annotated[int, Check(lambda size: size >= 0, "a byte count")]
 
 
 @frozen(kw_only=True)
@@ -54,13 +69,23 @@ class Manifest:
         return json.dumps(document, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
+@frozen(kw_only=True)
+class ManifestDocument:
+    """manifest.json as written: read through the strict converter, then kept as a Manifest."""
+
+    format: FormatName
+    format_version: FormatVersion
+    files: dict[FileName, FileRecord]
+    tensors: dict[str, Sha256]
+    extra: dict[str, Any] = field(factory=dict)
+
+
 def check_file_name(name: Any) -> str:
     """A relative name of at most two plain parts ("tokenizer.json", "hf/config.json"), or ValueError."""
     if not isinstance(name, str):
         raise ValueError(f"file names must be strings, found {type(name).__name__}")
-    parts = name.split("/")
-    if len(parts) > 2 or not all(_PART.fullmatch(p) for p in parts):
-        raise ValueError(f"unsafe file name {name!r}: expected one or two plain parts like 'hf/config.json'")
+    if not _is_safe_name(name):
+        raise ValueError(f"unsafe file name {name!r}: expected {_SAFE_NAME}")
     return name
 
 
@@ -109,63 +134,11 @@ def record_files(directory: Path, names: Iterable[str]) -> dict[str, FileRecord]
 
 
 def read_manifest(directory: Path) -> Manifest:
-    """Parse and validate manifest.json; every defect is a CheckpointError naming the file."""
+    """Parse and validate manifest.json; every defect is a CheckpointError naming the file and $.path."""
     path = directory / MANIFEST_FILE
-    document = _load_json(path)
-    _expect(path, document.get("format") == FORMAT, "$.format", f"expected {FORMAT!r}", document.get("format"))
-    version = document.get("format_version")
-    _expect(path, version == FORMAT_VERSION and type(version) is int, "$.format_version",
-            f"expected {FORMAT_VERSION} (this blockspec reads version {FORMAT_VERSION})", version)
-    files = _files(path, document.get("files"))
-    tensors = _tensors(path, document.get("tensors"))
-    extra = document.get("extra", {})
-    _expect(path, isinstance(extra, dict), "$.extra", "expected an object", extra)
-    return Manifest(files=files, tensors=tensors, extra=extra)
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    return read_json_object(path, MANIFEST_LIMIT, what="the manifest",
-                            hint="; is this a blockspec checkpoint directory?")
-
-
-def _expect(path: Path, ok: bool, where: str, expected: str, found: Any) -> None:
-    if not ok:
-        raise CheckpointError(f"{path}: {where}: {expected}, found {_short(found)}")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _files(path: Path, value: Any) -> dict[str, FileRecord]:
-    _expect(path, isinstance(value, dict), "$.files", "expected an object of file records", value)
-    files = {}
-    for name, record in value.items():
-        try:
-            check_file_name(name)
-        except ValueError as error:
-            raise CheckpointError(f"{path}: $.files: {error}") from None
-        files[name] = _record(path, f"$.files[{name!r}]", record)
-    return files
-
-
-def _record(path: Path, where: str, record: Any) -> FileRecord:
-    _expect(path, isinstance(record, dict) and set(record) == {"sha256", "size"}, where,
-            "expected {sha256, size}", record)
-    sha, size = record["sha256"], record["size"]
-    _expect(path, isinstance(sha, str) and bool(_SHA256.fullmatch(sha)), f"{where}.sha256",
-            "expected 64 lowercase hex digits", sha)
-    _expect(path, type(size) is int and size >= 0, f"{where}.size", "expected a byte count", size)
-    return FileRecord(sha256=sha, size=size)
-
-
-def _tensors(path: Path, value: Any) -> dict[str, str]:
-    _expect(path, isinstance(value, dict), "$.tensors", "expected an object of tensor digests", value)
-    for name, sha in value.items():
-        _expect(path, isinstance(sha, str) and bool(_SHA256.fullmatch(sha)), f"$.tensors[{name!r}]",
-                "expected 64 lowercase hex digits", sha)
-    return dict(value)
+    data = read_json_object(path, MANIFEST_LIMIT, what="the manifest", hint="; is this a blockspec checkpoint directory?")
+    document = structure_document(data, ManifestDocument, file=str(path), error=CheckpointError)
+    return Manifest(files=document.files, tensors=document.tensors, extra=document.extra)
 
 
 # ---------------------------------------------------------------- verifying

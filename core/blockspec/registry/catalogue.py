@@ -6,7 +6,6 @@ or ``BLOCKSPEC_REGISTRY``) replaces its ``[policy]`` and adds to its ``[distribu
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,28 +13,56 @@ from contextvars import ContextVar
 from functools import cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
 from attrs import field, frozen
 
-from blockspec.spec import toml_read as toml_guard
 from blockspec.errors import Problem, SpecError
+from blockspec.spec import toml_read as toml_guard
+from blockspec.spec.documents import structure_document
+from blockspec.spec.validators import Check
 
 CATALOGUE_NAME = "registry.toml"
 REGISTRY_ENV = "BLOCKSPEC_REGISTRY"
-POLICY_LOADS = ("all", "allowed")
-_POLICY_KEYS = ("load", "allow", "deny")
-_ENTRY_KEYS = ("path", "summary", "provides")
 _FILE_OVERRIDE: ContextVar[str | None] = ContextVar("blockspec_registry_file", default=None)
+
+DistributionName = Annotated[str, Check(bool, "a distribution name")]
+KindName = Annotated[str, Check(lambda text: ":" in text, 'a "kind:name" string')]
+
+
+@frozen(kw_only=True)
+class PolicyTable:
+    """A registry file's [policy]: which installed plugin distributions are loaded."""
+
+    load: Literal["all", "allowed"] = "all"
+    allow: tuple[DistributionName, ...] = ()
+    deny: tuple[DistributionName, ...] = ()
+
+
+@frozen(kw_only=True)
+class Distribution:
+    """One [distributions.NAME] entry: where it lives in a checkout, and what it registers."""
+
+    path: str | None = None
+    summary: str | None = None
+    provides: tuple[KindName, ...] = ()
+
+
+@frozen(kw_only=True)
+class RegistryDocument:
+    """A registry file as written: both tables are optional."""
+
+    policy: PolicyTable = field(factory=PolicyTable)
+    distributions: dict[str, Distribution] = field(factory=dict)
 
 
 @frozen(kw_only=True)
 class RegistryFile:
-    """One validated registry file: its [policy] keys and its [distributions] entries."""
+    """One validated registry file: its [policy] and its [distributions] entries."""
 
     source: str
-    policy: dict[str, Any] = field(factory=dict)
-    distributions: dict[str, dict[str, Any]] = field(factory=dict)
+    policy: PolicyTable = field(factory=PolicyTable)
+    distributions: dict[str, Distribution] = field(factory=dict)
 
 
 def _shipped_text() -> str | None:
@@ -81,70 +108,11 @@ def registry_file_override(path: str | None) -> Iterator[None]:
 
 def parse_registry_file(text: str, source: str) -> RegistryFile:
     data = toml_guard.parse(text, source)
-    problems = _FileChecker(source)
-    policy, distributions = problems.check(data)
-    if problems.found:
-        raise SpecError(problems.found)
-    return RegistryFile(source=source, policy=policy, distributions=distributions)
+    document = structure_document(data, RegistryDocument, file=source, text=text)
+    return RegistryFile(source=source, policy=document.policy, distributions=document.distributions)
 
 
-class _FileChecker:
-    """Collects every problem of a registry file, each with its $.path."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.found: list[Problem] = []
-
-    def problem(self, path: str, message: str, hint: str | None = None) -> None:
-        self.found.append(Problem(file=self.source, path=path, message=message, hint=hint))
-
-    def check(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-        self._unknown_keys(data, ("policy", "distributions"), "$")
-        policy = self._table(data, "policy", "$.policy")
-        distributions = self._table(data, "distributions", "$.distributions")
-        self._policy(policy)
-        for name, entry in distributions.items():
-            self._entry(entry, f"$.distributions.{name}")
-        return ({k: tuple(v) if isinstance(v, list) else v for k, v in policy.items()},
-                {k: v for k, v in distributions.items() if isinstance(v, dict)})
-
-    def _table(self, data: dict[str, Any], key: str, path: str) -> dict[str, Any]:
-        value = data.get(key, {})
-        if not isinstance(value, dict):
-            self.problem(path, f"expected a table [{key}], found {type(value).__name__}")
-            return {}
-        return value
-
-    def _unknown_keys(self, table: dict[str, Any], allowed: tuple[str, ...], path: str) -> None:
-        for key in table:
-            if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
-                self.problem(f"{path}.{key}", f"unknown key {key!r}", hint)
-
-    def _policy(self, policy: dict[str, Any]) -> None:
-        self._unknown_keys(policy, _POLICY_KEYS, "$.policy")
-        load = policy.get("load", "all")
-        if load not in POLICY_LOADS:
-            self.problem("$.policy.load", f"expected one of {', '.join(map(repr, POLICY_LOADS))}, found {load!r}")
-        for key in ("allow", "deny"):
-            self._names(policy.get(key, []), f"$.policy.{key}")
-
-    def _names(self, value: Any, path: str) -> None:
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            self.problem(path, f"expected a list of distribution names, found {value!r}")
-
-    def _entry(self, entry: Any, path: str) -> None:
-        if not isinstance(entry, dict):
-            self.problem(path, f"expected a table, found {type(entry).__name__}")
-            return
-        self._unknown_keys(entry, _ENTRY_KEYS, path)
-        provides = entry.get("provides", [])
-        if not isinstance(provides, list) or not all(isinstance(p, str) and ":" in p for p in provides):
-            self.problem(f"{path}.provides", f'expected a list of "kind:name" strings, found {provides!r}')
-
-
-def catalogue() -> dict[str, dict]:
+def catalogue() -> dict[str, Distribution]:
     """distribution name -> its catalogue entry (path, summary, provides): shipped, then the user's."""
     shipped = shipped_registry_file()
     chosen = policy_file()
@@ -155,13 +123,14 @@ def provider_of(kind: str, name: str) -> str | None:
     """The distribution the catalogue says provides ``kind:name``, if any."""
     wanted = f"{kind}:{name}"
     for distribution, entry in catalogue().items():
-        if wanted in entry.get("provides", ()):
+        if wanted in entry.provides:
             return distribution
     return None
 
 
 def install_hint(distribution: str) -> str:
     """`` (pip install X, or ./plugins/x in a blockspec checkout)``: how to get a distribution."""
-    folder = catalogue().get(distribution, {}).get("path")
+    entry = catalogue().get(distribution)
+    folder = entry.path if entry is not None else None
     source = f", or ./{folder} in a blockspec checkout" if folder else ""
     return f" (pip install {distribution}{source})"

@@ -75,7 +75,8 @@ def _close(name: str, present: dict[str, str]) -> str:
 def current_policy() -> Policy:
     """The policy in force for this process: the registry file, then BLOCKSPEC_PLUGINS."""
     registry_file = policy_file()
-    policy = Policy(**registry_file.policy, source=registry_file.source)
+    table = registry_file.policy
+    policy = Policy(load=table.load, allow=table.allow, deny=table.deny, source=registry_file.source)
     selected = os.environ.get(PLUGINS_ENV)
     if selected is None:
         return policy

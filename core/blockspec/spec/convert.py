@@ -10,11 +10,11 @@ import difflib
 from pathlib import Path
 from typing import Any, Protocol
 
+import tomli_w
 from attrs import frozen
 
 from blockspec.errors import Problem, SpecError, UnknownComponentError
 from blockspec.spec import toml_read as toml_guard
-from blockspec.spec import toml_write as toml_text
 from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.problems import did_you_mean, flatten, join, locate
 from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
@@ -203,7 +203,7 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
 
 def dump_spec(spec: ModelSpec) -> str:
     """TOML text that loads back to an equal spec."""
-    return toml_text.dumps(spec_to_dict(spec))
+    return tomli_w.dumps(spec_to_dict(spec))
 
 
 def _drop_none(table: dict[str, Any]) -> dict[str, Any]:

@@ -38,8 +38,9 @@ def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str
 
 
 def _inner_path(inner: BaseException, path: str) -> str:
+    """The attribute (``.name``), mapping key or list index (``.index``) a cattrs note names."""
     for note in getattr(inner, "__notes__", ()):
-        name = getattr(note, "name", None)
+        name = getattr(note, "name", getattr(note, "index", None))
         if name is not None:
             return join(path, name) if isinstance(name, str) else f"{path}[{name}]"
     return path

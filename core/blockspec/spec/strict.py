@@ -5,9 +5,15 @@ from __future__ import annotations
 import math
 import reprlib
 import typing
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
+import attrs
 import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory, mapping_structure_factory
+from cattrs.gen import make_dict_structure_fn
+
+from blockspec.spec.validators import Check
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib does not enforce it
 
@@ -20,7 +26,63 @@ def _strict_converter() -> cattrs.Converter:
     converter.register_structure_hook(bool, _structure_bool)
     converter.register_structure_hook(str, _structure_str)
     converter.register_structure_hook_func(_is_literal, _structure_literal)
+    converter.register_structure_hook_factory(_is_checked, _checked)
+    # Containers check their own shape first: cattrs would read a string as a list of characters,
+    # and report a list where a table belongs as "'list' object has no attribute 'items'".
+    converter.register_structure_hook_factory(attrs.has, _shaped(dict, "a table", make_dict_structure_fn))
+    converter.register_structure_hook_factory(_is_mapping, _shaped(dict, "a table", mapping_structure_factory))
+    converter.register_structure_hook_factory(_is_list, _shaped(list, "an array", list_structure_factory))
+    converter.register_structure_hook_factory(
+        _is_homogeneous_tuple, _shaped((list, tuple), "an array", homogenous_tuple_structure_factory))
     return converter
+
+
+def _shaped(kind: type | tuple[type, ...], expected: str, factory: Any) -> Any:
+    """A hook factory: cattrs' own hook for the type, behind an isinstance check."""
+
+    def make(cl: Any, converter: cattrs.Converter) -> Any:
+        base = factory(cl, converter)
+
+        def structure(value: Any, _: Any) -> Any:
+            if not isinstance(value, kind):
+                raise TypeError(f"expected {expected}, found {describe(value)}")
+            return base(value, cl)
+
+        return structure
+
+    return make
+
+
+def _is_checked(tp: Any) -> bool:
+    return typing.get_origin(tp) is Annotated and any(isinstance(m, Check) for m in tp.__metadata__)
+
+
+def _checked(tp: Any, converter: cattrs.Converter) -> Any:
+    """The annotated type's own hook, then each Check on the result."""
+    base_type = typing.get_args(tp)[0]
+    checks = [m for m in tp.__metadata__ if isinstance(m, Check)]
+
+    def structure(value: Any, _: Any) -> Any:
+        result = converter.structure(value, base_type)
+        for check in checks:
+            if not check.test(result):
+                raise ValueError(f"expected {check.expected}, found {describe(value)}")
+        return result
+
+    return structure
+
+
+def _is_mapping(tp: Any) -> bool:
+    return typing.get_origin(tp) in (dict, Mapping) or tp is dict
+
+
+def _is_list(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list, Sequence) or tp is list
+
+
+def _is_homogeneous_tuple(tp: Any) -> bool:
+    args = typing.get_args(tp)
+    return typing.get_origin(tp) is tuple and len(args) == 2 and args[1] is Ellipsis
 
 
 class _ShortRepr(reprlib.Repr):

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
+from attrs import frozen
+
 from blockspec.errors import FieldError
+
+
+@frozen
+class Check:
+    """A test a value must pass as it is structured: ``Annotated[str, Check(test, "what it must be")]``.
+
+    Unlike an attrs validator it runs with the type checks, so one pass reports it together with
+    unknown keys and wrong types (attrs validators run only once every key has been read).
+    """
+
+    test: Callable[[Any], bool]
+    expected: str
 
 
 def positive(instance: Any, attribute: Any, value: Any) -> None:

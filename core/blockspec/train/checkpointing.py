@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
-from attrs import frozen
+from attrs import field, frozen
 from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
@@ -29,7 +29,10 @@ from blockspec.checkpoint.directory import load, read_extra_file, save
 from blockspec.errors import CheckpointError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
+from blockspec.spec.documents import structure_document
 from blockspec.spec.schema import ModelSpec
+from blockspec.spec.strict import CONVERTER
+from blockspec.spec.validators import Check
 from blockspec.train.tokenizer import CharTokenizer, TokenizerError
 from blockspec.checkpoint.weights import tied_aliases
 from blockspec.train.state import load_model_state
@@ -39,6 +42,43 @@ VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 TRAINING_FILE = "training.json"
+
+
+# Module-level aliases: a lambda inside a class's (string) annotation cannot see this module's names.
+FormatName = Annotated[str, Check(lambda text: text == FORMAT, repr(FORMAT))]
+FormatVersion = Annotated[int, Check(lambda version: version == VERSION, f"{VERSION} (this blockspec reads version {VERSION})")]
+StepCount = Annotated[int, Check(lambda step: step >= 0, "a step count")]
+Seconds = Annotated[float, Check(lambda seconds: seconds >= 0, "a duration in seconds")]
+Loss = Annotated[Any, Check(lambda v: type(v) in (int, float), "a number")]  # nan and inf included: a run may diverge
+ParamGroup = Annotated[dict[str, Any], Check(
+    lambda group: isinstance(group.get("params"), list) and all(isinstance(n, str) for n in group["params"]),
+    "an optimizer parameter group with a list of parameter names")]
+
+
+@frozen(kw_only=True)
+class EvaluationRecord:
+    step: int
+    train_loss: Loss
+    val_loss: Loss
+
+
+@frozen(kw_only=True)
+class HistoryRecord:
+    train: list[Loss]
+    evals: list[EvaluationRecord]
+
+
+@frozen(kw_only=True)
+class TrainingDocument:
+    """training.json: checked here; ``config`` is checked as a TrainConfig when a run resumes."""
+
+    format: FormatName
+    version: FormatVersion
+    step: StepCount
+    config: dict[str, Any]
+    history: HistoryRecord
+    train_seconds: Seconds = 0.0
+    param_groups: list[ParamGroup] = field(factory=list)
 
 
 @frozen(kw_only=True)
@@ -114,9 +154,9 @@ def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], groups: list[dic
 def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Checkpoint:
     """Verify and read every part of a training checkpoint; anything missing or corrupt is a CheckpointError."""
     model = load(path, registry=registry)
-    training = _json(path, TRAINING_FILE)
-    if training.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: {TRAINING_FILE}: expected format {FORMAT!r}, found {training.get('format')!r}")
+    document = structure_document(_json(path, TRAINING_FILE), TrainingDocument,
+                                  file=f"{path}/{TRAINING_FILE}", error=CheckpointError)
+    training = CONVERTER.unstructure(document)
     optimizer = _tensors(path, OPTIMIZER_FILE)
     aliases = tied_aliases(model)
     return Checkpoint(
