@@ -183,7 +183,7 @@ def test_a_model_without_spec_cannot_be_saved(tmp_path):
 
 def test_replacing_an_existing_checkpoint(saved, registry, gpt2):
     other = randomized(blockspec.build(gpt2.spec, registry=registry), seed=5)
-    save(other, saved)
+    save(other, saved, overwrite=True)
     assert_same_model(other, load(saved, registry=registry))
     assert sorted(p.name for p in saved.parent.iterdir()) == ["ckpt"]  # no temporary left behind
 
@@ -236,7 +236,7 @@ def test_a_kill_at_any_step_leaves_the_old_or_the_new_checkpoint(gpt2, registry,
         with monkeypatch.context() as patch:
             crash_after(patch, budget)
             with pytest.raises(Crash):
-                save(new, target)
+                save(new, target, overwrite=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             loaded = load(target, registry=registry)

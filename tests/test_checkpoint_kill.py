@@ -63,7 +63,7 @@ def train_and_checkpoint_every_step(directory: str, training=None, fsync_to_die_
     trainer = make_trainer(checkpoint)
 
     def save_then_signal(t, _) -> None:
-        save_checkpoint(path, t.checkpoint())
+        save_checkpoint(path, t.checkpoint(), overwrite=True)
         if training is not None:
             training.set()  # one checkpoint of this child is committed; kills may now land anywhere
 

@@ -138,7 +138,7 @@ def test_a_second_save_replaces_the_first_and_leaves_nothing_beside_it(registry,
     trainer.run()
     save_checkpoint(tmp_path / "ckpt", trainer.checkpoint())
     trainer.train_step()
-    save_checkpoint(tmp_path / "ckpt", trainer.checkpoint())
+    save_checkpoint(tmp_path / "ckpt", trainer.checkpoint(), overwrite=True)
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     assert load_checkpoint(tmp_path / "ckpt", registry).step == 2
 

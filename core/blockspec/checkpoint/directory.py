@@ -8,7 +8,8 @@ Layout::
       manifest.json       sha256 and size of every file, sha256 of every tensor, the caller's ``extra``
       ...                 extra files given to ``save`` (e.g. tokenizer.json, optimizer.safetensors)
 
-The directory is written atomically (see atomic.py) and verified on load: a flipped bit in
+The directory is written atomically and exclusively (see atomic.py): an existing checkpoint
+is only ever replaced with ``overwrite=True``. It is verified on load: a flipped bit in
 the spec or the weights fails the sha256 check before anything is parsed. Weights are only
 ever read from safetensors; nothing here unpickles.
 """
@@ -16,6 +17,7 @@ ever read from safetensors; nothing here unpickles.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 import warnings
 from collections.abc import Mapping
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
+from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
 from blockspec.errors import CheckpointError, SpecError
@@ -49,6 +52,9 @@ from blockspec.checkpoint.weights import unique_state
 SPEC_FILE = "spec.toml"
 WEIGHTS_FILE = "model.safetensors"
 RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE)
+# Only resuming training reads these (train/checkpointing.py): the model is whole without them,
+# so ``load`` tolerates their absence; present, they are checked like any other file.
+TRAINING_FILES = frozenset({"optimizer.safetensors", "training.json"})
 
 
 def save(
@@ -57,21 +63,26 @@ def save(
     *,
     extra: Mapping[str, Any] | None = None,
     extra_files: Mapping[str, bytes] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``model`` as a checkpoint directory at ``path``, atomically; return the path.
 
     ``extra`` is JSON metadata kept in the manifest (``read_manifest(path).extra``).
     ``extra_files`` maps names ("tokenizer.json", "hf/config.json": one or two plain parts) to
     bytes written beside the model, covered by the manifest and the same atomic write; read
-    one back, verified, with ``read_extra_file``. An existing checkpoint at ``path`` is
-    replaced atomically; any other existing file or non-empty directory is refused.
+    one back, verified, with ``read_extra_file``.
+
+    An existing checkpoint at ``path`` is refused (``OutputExistsError``) unless ``overwrite``,
+    then replaced atomically: the old one stays until the new one is complete. Creating is
+    exclusive: of two processes saving to the same new path, one wins, the other is refused.
+    Any other existing file or non-empty directory is always refused; an empty directory is taken.
     """
     target = Path(path)
     spec = _spec_of(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
     files.update(_checked_extra_files(extra_files))
-    _refuse_foreign(target)
-    with atomic_directory(target) as staging:
+    check_writable_target(target, kind="checkpoint", overwrite=overwrite)
+    with atomic_directory(target, overwrite=overwrite) as staging:
         for name, data in files.items():
             (staging / name).parent.mkdir(exist_ok=True)
             (staging / name).write_bytes(data)
@@ -112,17 +123,6 @@ def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
         raise CheckpointError(f"extra: must be JSON-serialisable: {error}") from None
 
 
-def _refuse_foreign(target: Path) -> None:
-    """Replacing a checkpoint is the point; wiping a directory that is not one never is."""
-    if not target.exists() and not target.is_symlink():
-        return
-    if target.is_dir() and not target.is_symlink():
-        if (target / MANIFEST_FILE).is_file() or not any(target.iterdir()):
-            return
-    raise CheckpointError(f"{target}: exists and is not a blockspec checkpoint; refusing to replace it "
-                          "(choose another path or remove it yourself)")
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -135,19 +135,26 @@ def load(
 ) -> Transformer:
     """Verify and load a checkpoint written by ``save``; the model comes back in eval mode.
 
-    Every file the manifest lists must be there with its recorded size; the spec and the
-    weights must match their sha256 (extra files are hashed when ``read_extra_file`` reads
-    them). ``dtype`` None keeps the stored floating dtype. Every problem with the weights (missing,
+    Every file the manifest lists must be there with its recorded size, except the training
+    files (``TRAINING_FILES``: optimizer state and history, which generation does not need),
+    which may be absent; the spec and the weights must match their sha256 (extra files are
+    hashed when ``read_extra_file`` reads them, and a missing one is an error then). ``dtype`` None keeps the stored floating dtype. Every problem with the weights (missing,
     unexpected or mis-shaped tensors) is reported in one CheckpointError.
     """
     directory = checkpoint_directory(path)
     registry = registry if registry is not None else _default_registry()
     manifest = read_manifest(directory)
-    check_sizes(directory, manifest)
+    check_sizes(directory, _without_absent_training_files(directory, manifest))
     spec = _read_spec(directory, manifest, registry)
     model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
     model = model.to(dtype=dtype) if dtype is not None else model
     return (model.to(device) if device is not None else model).eval()
+
+
+def _without_absent_training_files(directory: Path, manifest: Manifest) -> Manifest:
+    files = {name: record for name, record in manifest.files.items()
+             if name not in TRAINING_FILES or os.path.lexists(directory / name)}
+    return Manifest(files=files, tensors=manifest.tensors, extra=manifest.extra)
 
 
 def load_spec_of(path: str | Path, registry: Registry | None = None) -> ModelSpec:

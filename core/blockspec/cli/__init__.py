@@ -14,6 +14,7 @@ from blockspec.cli import (
     doctor_cmd,
     explore_cmd,
     export_cmd,
+    export_weights_cmd,
     generate_cmd,
     import_cmd,
     list_cmd,
@@ -23,8 +24,8 @@ from blockspec.cli import (
     verify_cmd,
 )
 
-COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd, doctor_cmd,
-            train_cmd, generate_cmd)
+COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
+            export_weights_cmd, doctor_cmd, train_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

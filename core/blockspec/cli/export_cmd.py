@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from blockspec.checkpoint.outputs import check_writable_target, cli_option_names
 from blockspec.cli.common import registry_with_warnings
 from blockspec.cli.import_cmd import HF_PREFIX
 
@@ -18,6 +19,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with cli_option_names():
+        check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[args.checkpoint])
+        return _export(args)
+
+
+def _export(args: argparse.Namespace) -> int:
     from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file
     from blockspec.errors import CheckpointError
     from blockspec.interop import export_hf

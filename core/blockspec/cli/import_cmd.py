@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from blockspec.checkpoint.outputs import check_writable_target, cli_option_names
 from blockspec.cli.common import registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
@@ -15,6 +16,7 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("import-hf", help="import a Hugging Face GPT-2 or Llama-family directory")
     parser.add_argument("directory", metavar="DIR", help="local directory with config.json and model.safetensors")
     parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint directory to write")
+    parser.add_argument("--force", action="store_true", help="replace CKPT if it is an existing checkpoint")
     parser.add_argument("--dtype", choices=DTYPES, default="keep", help="convert the weights (default: keep)")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="read pytorch_model.bin if there is no safetensors file (torch.load, weights_only)")
@@ -22,6 +24,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with cli_option_names():
+        check_writable_target(args.out, kind="checkpoint", overwrite=args.force, inputs=[args.directory])
+        return _import(args)
+
+
+def _import(args: argparse.Namespace) -> int:
     import torch
 
     from blockspec.checkpoint.directory import save
@@ -33,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = None if args.dtype == "keep" else getattr(torch, args.dtype)
     model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
     carried = {HF_PREFIX + name: data for name, data in carried_files(source).items()}
-    save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried)
+    save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried, overwrite=args.force)
     count = sum(p.numel() for p in model.parameters())
     kept = ", ".join(sorted(carried)) or "none"
     print(f"imported {source} -> {args.out}  ({model.spec.model.name}: {count:,} parameters, "

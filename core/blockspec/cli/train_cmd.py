@@ -12,6 +12,7 @@ from pathlib import Path
 from blockspec.registry.specs import load_spec
 from blockspec.spec.convert import spec_to_dict
 from blockspec.errors import CheckpointError
+from blockspec.checkpoint.outputs import check_writable_target, cli_option_names, same_path
 from blockspec.cli.common import registry_with_warnings
 
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
@@ -28,10 +29,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, metavar="S", help="seed for weights and batches (default 0)")
     parser.add_argument("--eval-every", type=int, metavar="K", help="validate every K steps; 0: at the end (default 100)")
     parser.add_argument("--eval-batches", type=int, metavar="N", help="batches per validation (default 20)")
-    parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end")
+    parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end "
+                        "(default with --resume: the resumed checkpoint)")
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="also checkpoint every K steps")
     parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
     parser.add_argument("--plot", metavar="FILE", help="write the loss curves as a PNG (needs matplotlib)")
+    parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
     parser.add_argument("--device", default="auto", help="auto (GPU if any), cpu or cuda (default auto)")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads per process (default: 1 for "
@@ -44,14 +47,50 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from blockspec.train.distributed import close_world, init_world
 
+    with cli_option_names():
+        _preflight(args)
     world = init_world(args.device)
     finished = False
     try:
-        code = _train(args, world)
+        with cli_option_names():
+            code = _train(args, world)
         finished = True
         return code
     finally:
         close_world(world, finished=finished)
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """Refuse every output that could not be written before step 1, not after the last.
+
+    Without --out, --resume writes back to the checkpoint it resumed: the run continues where
+    it was kept, and the old checkpoint is replaced atomically only by a later one of the same run.
+    """
+    resuming_in_place = bool(args.resume) and (args.out is None or same_path(args.out, args.resume))
+    if args.resume and args.out is None:
+        args.out = args.resume
+    if args.out:
+        inputs = [args.spec, args.data, None if resuming_in_place else args.resume]
+        check_writable_target(args.out, kind="checkpoint", overwrite=args.force or resuming_in_place, inputs=inputs)
+    if args.plot:
+        check_writable_target(args.plot, kind="file", overwrite=args.force,
+                              inputs=[args.spec, args.data, args.resume, args.out])
+        _check_plot_format(args.plot)
+    args.replace_out = args.force or resuming_in_place
+
+
+def _check_plot_format(path: str) -> None:
+    from blockspec.train.plot import PlotError
+
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise PlotError("--plot needs matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.removeprefix(".").lower()
+    if suffix not in formats:
+        raise PlotError(f"--plot {path}: unknown image format {suffix or '(no suffix)'!r}; "
+                        f"use one of {', '.join(sorted(formats))}")
 
 
 def _train(args: argparse.Namespace, world) -> int:
@@ -153,12 +192,14 @@ class _Session:
         if self.trainer.sharded or self.world.is_main:
             checkpoint = self.trainer.checkpoint()  # a collective under FSDP
             if self.world.is_main:
-                save_checkpoint(self.args.out, checkpoint)
+                save_checkpoint(self.args.out, checkpoint, overwrite=self.args.replace_out)
+                self.args.replace_out = True  # later saves of this run replace its own checkpoint
 
     def plot(self) -> None:
         from blockspec.train.plot import plot_losses
 
         name = self.trainer.spec.model.name
+        Path(self.args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot_losses({name: self.trainer.history}, self.args.plot, title=f"{name} on {Path(self.args.data).name}")
 
     def summarize(self) -> None:

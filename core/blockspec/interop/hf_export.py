@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from blockspec.checkpoint.atomic import atomic_directory
+from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.modules.transformer import Transformer
@@ -33,32 +34,26 @@ def export_hf(
     ``base_config`` is the original config.json of an imported model: its keys that do not
     describe the architecture (token ids, generation settings) are kept. An interleaved-RoPE
     model is exported with its q/k rows permuted to Hugging Face's half layout.
+
+    An existing non-empty ``directory`` is refused (``OutputExistsError``) unless ``overwrite``;
+    creating is exclusive and replacing atomic, as for checkpoints (atomic.py).
     """
     spec = model.spec
     family = family_for(spec)
     target = Path(directory)
-    _refuse_existing(target, overwrite)
+    check_writable_target(target, kind="directory", overwrite=overwrite)
     state = unique_state(model)
     if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
         state = interleaved_state_as_half(state, spec.model)
     tensors = to_hf(family.rules(spec), state)
     dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     config = hf_config.hf_config(spec, family, dtype=dtype, base=dict(base_config or {}))
-    with atomic_directory(target) as staging:
+    with atomic_directory(target, overwrite=overwrite) as staging:
         for name, data in _side_files(extra_files).items():
             (staging / name).write_bytes(data)
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         write_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
     return target
-
-
-def _refuse_existing(target: Path, overwrite: bool) -> None:
-    if not target.exists() and not target.is_symlink():
-        return
-    if target.is_dir() and not target.is_symlink() and (overwrite or not any(target.iterdir())):
-        return
-    hint = "pass overwrite=True (--force) to replace it" if target.is_dir() else "it is not a directory"
-    raise CheckpointError(f"{target}: already exists; {hint}")
 
 
 def _side_files(extra_files: Mapping[str, bytes] | None) -> dict[str, bytes]:

@@ -100,8 +100,12 @@ class Checkpoint:
 # ---------------------------------------------------------------- writing
 
 
-def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry | None = None) -> Path:
-    """Write ``checkpoint`` to the directory ``path`` atomically (through ``blockspec.save``)."""
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry | None = None, *,
+                    overwrite: bool = False) -> Path:
+    """Write ``checkpoint`` to the directory ``path`` atomically (through ``blockspec.save``).
+
+    An existing checkpoint there is replaced only with ``overwrite`` (as for ``blockspec.save``).
+    """
     tensors, groups = flatten_optimizer_state(checkpoint.optimizer_state)
     if checkpoint.rng_state is not None:
         tensors["rng/cpu"] = checkpoint.rng_state
@@ -112,7 +116,8 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry
         TRAINING_FILE: json.dumps(training, indent=1).encode("utf-8"),
     }
     model = _holding(checkpoint, registry)
-    return save(model, path, extra={"format": FORMAT, "step": checkpoint.step}, extra_files=files)
+    return save(model, path, extra={"format": FORMAT, "step": checkpoint.step}, extra_files=files,
+                overwrite=overwrite)
 
 
 def _holding(checkpoint: Checkpoint, registry: Registry | None) -> Transformer:

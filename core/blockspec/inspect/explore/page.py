@@ -9,6 +9,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from blockspec.checkpoint.outputs import file_mode
+
 PLACEHOLDER = "__BLOCKSPEC_DATA__"
 
 
@@ -21,13 +23,14 @@ def render(data: dict[str, Any]) -> str:
 
 
 def write_page(data: dict[str, Any], out: str | Path) -> Path:
-    """Write atomically: a reader never sees half a page."""
+    """Write atomically: a reader never sees half a page; the mode is what the umask gives a plain open."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(render(data))
+        os.chmod(temporary, file_mode())  # mkstemp's 0o600 would hide the page from everyone else
         os.replace(temporary, out)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
