@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from blockspec.testing.cases import Case
     from blockspec.testing.errors import NotApplicable, PropertyFailure
+    from blockspec.testing.models import build_model
     from blockspec.testing.properties import PROPERTIES, Property, properties_for
     from blockspec.testing.pytest_plugin import verify_distribution
     from blockspec.testing.runner import Result, check, select, verify
@@ -28,6 +29,7 @@ _LAZY = {  # name -> (module, needs hypothesis)
     "Case": (".cases", False),
     "NotApplicable": (".errors", False),
     "PropertyFailure": (".errors", False),
+    "build_model": (".models", False),
     "PROPERTIES": (".properties", False),
     "Property": (".properties", False),
     "properties_for": (".properties", False),
@@ -64,6 +66,7 @@ __all__ = [
     "Property",
     "PropertyFailure",
     "Result",
+    "build_model",
     "check",
     "properties_for",
     "require_hypothesis",
