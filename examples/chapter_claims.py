@@ -92,7 +92,8 @@ def layernorm(values: list[float]) -> list[float]:
     component = registry.get("norm", "layernorm")
     model = blockspec.ModelConfig(vocab_size=2, context_length=2, d_model=len(values), n_layers=0,
                                   n_heads=1, d_ff=1)
-    norm = component.build(component.config_cls(), blockspec.BuildContext(model=model))
+    embedding = torch.nn.Embedding(model.vocab_size, model.d_model)
+    norm = component.build(component.config_cls(), blockspec.BuildContext(model=model, embedding=embedding))
     with torch.no_grad():
         return norm(torch.tensor([values])).squeeze(0).tolist()
 

@@ -51,7 +51,7 @@ FAULTS = {
                        "def build_shrink(config, ctx):\n"
                        "    from torch import nn\n"
                        "    return nn.Linear(ctx.model.d_model, 3)",
-                       "norm:shrinknorm breaks the norm shape contract", True),
+                       "norm:shrinknorm breaks the norm contract: norm(x): expected shape", True),
 }
 
 DUPLICATE = ("@frozen(kw_only=True)\nclass EpsConfig:\n    eps: float = 1e-6\n"

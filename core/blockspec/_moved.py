@@ -1,6 +1,9 @@
 """Old import paths from before the subpackages, kept working with a DeprecationWarning.
 
-``import blockspec.validators`` still works and warns once, naming where the module lives now.
+``import blockspec.validators`` still works and warns once, naming where the module lives now;
+so do submodules of a moved package (``blockspec.explore.page``), which resolve to the one
+module at the new place, never a second copy. ``blockspec.spec`` is not here: the package
+took the old module's name, and resolves the old module's names itself (``spec/__init__.py``).
 New code imports from ``blockspec.plugin`` (plugin authors) or the subpackages.
 """
 
@@ -15,7 +18,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 
 MOVED = {
-    "spec": "spec.schema", "strict": "spec.strict", "problems": "spec.problems",
+    "strict": "spec.strict", "problems": "spec.problems",
     "validators": "spec.validators", "toml_guard": "spec.toml_read", "toml_text": "spec.toml_write",
     "convert": "registry.specs", "kinds": "spec.kinds", "json_file": "spec.json_read",
     "hookspecs": "registry.hookspecs", "plugins": "registry.loading",
@@ -37,10 +40,20 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
     """Finds only the old names; every other import passes through untouched."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
-        old = fullname.removeprefix(PREFIX)
-        if not fullname.startswith(PREFIX) or old not in MOVED:
+        if not fullname.startswith(PREFIX):
             return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(PREFIX + MOVED[old]))
+        new = new_name(fullname.removeprefix(PREFIX))
+        return None if new is None else importlib.util.spec_from_loader(fullname, _AliasLoader(PREFIX + new))
+
+
+def new_name(old: str) -> str | None:
+    """Where an old module name lives now: itself moved, or inside a moved package; None if it did not move."""
+    parts = old.split(".")
+    for cut in range(len(parts), 0, -1):
+        head = ".".join(parts[:cut])
+        if head in MOVED:
+            return ".".join([MOVED[head], *parts[cut:]])
+    return None
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -61,6 +74,9 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 def install() -> None:
-    """Add the finder once; cheap, and imports nothing."""
+    """Add the finder once, first: after the path finder, a moved package's submodule would load twice.
+
+    Cheap (a prefix test and a dict look-up per import), and imports nothing.
+    """
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())

@@ -1,8 +1,53 @@
-"""The plugin author's API: all that a component plugin imports, stable within API version 1.
+"""The plugin author's API: everything a component plugin imports. Stable within API version 1.
 
-Importing it loads no torch; the kind base classes (``PositionalEncoding``, ``Activation``)
-load torch on first use, so a plugin that imports them inside ``build`` keeps ``blockspec list``
-fast. Everything else in blockspec is internal and may move between releases.
+A plugin imports from here and nowhere else in blockspec (its tests may also use
+``blockspec.testing``, the conformance kit). Every other module is internal and may move
+between releases; names here keep their meaning for as long as ``API_VERSION`` is 1, and a
+plugin may declare ``BLOCKSPEC_API = 1`` in its module to be refused, not misread, by a
+core with another API.
+
+Registering (no torch needed)::
+
+    from attrs import field, frozen
+    from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
+
+    @frozen(kw_only=True)
+    class ScaleNormConfig:
+        \"\"\"ScaleNorm: g·x/||x|| with one learned scalar g.\"\"\"
+        eps: float = field(default=1e-5, validator=greater_than(0.0))
+
+    def build_scalenorm(config: ScaleNormConfig, ctx: BuildContext):
+        from .scalenorm import ScaleNorm  # torch loads here, not when the plugin is listed
+        return ScaleNorm(ctx.model.d_model, eps=config.eps)
+
+    @hookimpl
+    def blockspec_register(register: Register) -> None:
+        register("norm", "scalenorm", ScaleNormConfig, build_scalenorm, promises=("scale_invariant",))
+
+What is here:
+
+- ``hookimpl``: marks ``blockspec_register(register)``; ``register`` is a ``Register``
+  (kind, name, config_cls, build, summary=, promises=), checked as each call arrives.
+- ``Build``: ``Callable[[Config, BuildContext], nn.Module]``; ``Config`` is the component's
+  own frozen attrs config instance. A build raises ValueError or TypeError for sizes it
+  cannot serve.
+- ``BuildContext``: ``model`` (the spec's ``ModelConfig``: d_model, n_heads, head_dim, kv_heads,
+  d_ff, vocab_size, context_length, ...) and ``embedding`` (the token ``nn.Embedding``,
+  always present, for heads that tie to it).
+- Validators for config fields that name the field in errors: ``positive``, ``at_least``,
+  ``greater_than``, ``in_range``, ``one_of``.
+- ``ContextLengthError``: what a bounded positional encoder raises past its table.
+- Kind base classes: ``PositionalEncoding`` (every positional component subclasses it: flags
+  ``adds``/``rotates``/``biases`` and hooks ``embed``/``rotate``/``score_bias``,
+  ``max_positions`` and ``check_length``) and ``Activation`` (``gated = True`` for 2·d_ff -> d_ff).
+  Norms, heads and attention are plain ``nn.Module``: (B, N, d) -> (B, N, d) for norm and
+  attention, ``forward(x, positional, start, cache=None)`` for attention.
+- ``KVCache`` and ``LayerCache``: an attention component's ``forward`` receives one layer's
+  ``LayerCache`` (``cache.update(k, v, start)`` -> all keys and values so far) during decoding.
+
+Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
+``Activation``, ``KVCache``, ``LayerCache``) load on first use, so a plugin that touches them
+only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
 """
 
 from __future__ import annotations
@@ -11,24 +56,32 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from blockspec.assembly.context import BuildContext
-from blockspec.registry.hookspecs import API_VERSION, Build, Register, hookimpl
+from blockspec.errors import ContextLengthError
+from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
 from blockspec.spec.validators import at_least, greater_than, in_range, one_of, positive
 
 if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
+    from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import PositionalEncoding
 
-_BASE_CLASSES = {
+_TORCH_NAMES = {  # name -> the internal module that defines it; imported on first use
     "Activation": "blockspec.modules.activation",
     "PositionalEncoding": "blockspec.modules.positional",
+    "KVCache": "blockspec.modules.kv_cache",
+    "LayerCache": "blockspec.modules.kv_cache",
 }
 
 
 def __getattr__(name: str) -> type:
-    if name in _BASE_CLASSES:
-        return getattr(import_module(_BASE_CLASSES[name]), name)
+    if name in _TORCH_NAMES:
+        return getattr(import_module(_TORCH_NAMES[name]), name)
     raise AttributeError(f"module 'blockspec.plugin' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = [
@@ -36,6 +89,10 @@ __all__ = [
     "Activation",
     "Build",
     "BuildContext",
+    "Config",
+    "ContextLengthError",
+    "KVCache",
+    "LayerCache",
     "ModelConfig",
     "PositionalEncoding",
     "Register",

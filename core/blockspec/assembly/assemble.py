@@ -114,8 +114,9 @@ class _Assembler:
             final_norm=self.make(self.spec.norm, ctx, "final_norm") if cfg.has_final_norm else nn.Identity(),
             head=self.make(self.spec.head, ctx, "head"),
             dropout=cfg.dropout,
+            spec=self.spec,
+            provenance=self.provenance,  # filled by the make() calls above, evaluated first
         )
-        model.spec, model.provenance = self.spec, self.provenance
         return model
 
     def block(self, index: int, ctx: BuildContext) -> nn.Module:

@@ -14,7 +14,12 @@ if TYPE_CHECKING:
 
 @frozen(kw_only=True)
 class BuildContext:
-    """Model-wide sizes, and already-built modules a component may share (the embedding)."""
+    """Model-wide sizes, and already-built modules a component may share (the embedding).
+
+    ``model`` is the spec's [model] table (d_model, n_heads, head_dim, d_ff, vocab_size, ...).
+    ``embedding`` is the model's token embedding, (vocab_size, d_model), always present: a head
+    that ties its weight to it holds ``ctx.embedding.weight`` itself.
+    """
 
     model: ModelConfig
-    embedding: nn.Embedding | None = None  # the token embedding, for heads that tie to it
+    embedding: nn.Embedding

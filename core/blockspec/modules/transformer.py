@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -12,6 +13,7 @@ from blockspec.modules.positional import PositionalEncoding
 
 if TYPE_CHECKING:
     from blockspec.modules.kv_cache import KVCache
+    from blockspec.registry.components import Component
     from blockspec.spec.schema import ModelSpec
 
 
@@ -27,7 +29,11 @@ class Transformer(nn.Module):
         final_norm: nn.Module,
         head: nn.Module,
         dropout: float = 0.0,
+        spec: ModelSpec | None = None,
+        provenance: Mapping[str, Component] | None = None,
     ) -> None:
+        """``spec``: what the model was built from; ``provenance``: module path -> the registry component
+        that built it (checkpoints lock versions from it). The assembler passes both."""
         super().__init__()
         self.embedding = embedding
         self.positional = positional
@@ -35,8 +41,8 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.head = head
-        self.spec: ModelSpec | None = None  # set by the assembler
-        self.provenance: dict[str, Any] = {}  # module path -> registry Component
+        self.spec = spec
+        self.provenance: dict[str, Component] = dict(provenance or {})
 
     def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
                 last_only: bool = False) -> torch.Tensor:

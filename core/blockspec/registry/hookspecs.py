@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import pluggy
 
@@ -12,8 +12,15 @@ if TYPE_CHECKING:
 
     from blockspec.assembly.context import BuildContext
 
-Build = Callable[[Any, "BuildContext"], "nn.Module"]
-"""``build(config, ctx)``: a component's config instance and the build context -> its module."""
+Config: TypeAlias = Any
+"""An instance of the component's own ``config_cls``: a frozen attrs class, one field per spec key."""
+
+Build: TypeAlias = Callable[[Config, "BuildContext"], "nn.Module"]
+"""``build(config, ctx)``: a component's config instance and the build context -> its module.
+
+Raise ValueError or TypeError for a config or sizes the component cannot build; any other
+exception is a bug in the component.
+"""
 
 PROJECT = "blockspec"
 API_VERSION = 1  # plugins may declare BLOCKSPEC_API = 1 in their module

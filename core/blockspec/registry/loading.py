@@ -73,7 +73,8 @@ def load_registry(
     """Build a Registry from the built-ins, extra ``(plugin, distribution, version)``, and entry points.
 
     ``strict`` (default: ``$BLOCKSPEC_STRICT_PLUGINS``) raises PluginError instead of quarantining;
-    ``probe`` (default: on in strict mode) builds each component tiny and checks its shape contract;
+    ``probe`` (default: on in strict mode) builds each component tiny and runs the conformance kit's
+    ``contract`` property on it once (no hypothesis needed);
     ``policy`` (default: registry file and ``$BLOCKSPEC_PLUGINS``) selects the distributions to load.
     """
     strict = strict_default() if strict is None else strict
@@ -201,7 +202,7 @@ def _no_hook(plugin: object) -> str:
 
 
 def _probe_all(staged: list[Component]) -> list[str]:
-    """Probe each staged component; the first breach fails the whole distribution."""
+    """Probe each staged component with the kit's ``contract`` property; the first breach fails the distribution."""
     checks = import_module(PROBE_MODULE)
     ContractError, probe = checks.ContractError, checks.probe
     unprobed = []
@@ -210,7 +211,7 @@ def _probe_all(staged: list[Component]) -> list[str]:
         try:
             reason = probe(component)
         except ContractError as error:
-            raise _Refused(f"{where} breaks the {component.kind} shape contract: {error}") from None
+            raise _Refused(f"{where} breaks the {component.kind} contract: {error}") from None
         except (Exception, SystemExit) as error:
             raise _Refused(f"{where} failed its probe: {describe(error)}") from None
         if reason:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from attrs import frozen
@@ -13,6 +12,7 @@ from hypothesis.reporting import with_reporter
 from blockspec.registry.components import Component, Registry
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable, PropertyFailure
+from blockspec.testing.harness import one_thread
 from blockspec.testing.properties import Property, properties_for
 
 Status = Literal["passed", "failed", "not applicable"]
@@ -81,22 +81,6 @@ def check(component: Component, prop: Property, *, max_examples: int | None = No
         return Result(component=component, property=prop.name, status="failed",
                       message=str(prop.failure(component, detail)))
     return Result(component=component, property=prop.name, status="passed")
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """The kit's tensors are tiny: one intra-op thread avoids waking a thread pool per operation.
-
-    On a busy machine this makes the checks about ten times faster; the setting is restored after.
-    """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _hypothesis_test(component: Component, prop: Property, failing: list[Case], max_examples: int | None,

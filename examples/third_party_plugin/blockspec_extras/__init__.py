@@ -1,15 +1,15 @@
 """blockspec-extras: ALiBi position bias, ScaleNorm and squared ReLU.
 
-Written only against blockspec's public API, the way any outside plugin would be.
+Written only against ``blockspec.plugin``, the stable plugin API, the way any outside plugin would be.
 Configs stay torch-free, so discovering the plugin (``blockspec list``) is cheap;
 the modules load when a component is built.
 """
 
 from __future__ import annotations
 
-from attrs import field, frozen, validators
+from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, hookimpl
+from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -23,7 +23,7 @@ class ALiBiConfig:
 class ScaleNormConfig:
     """ScaleNorm (Nguyen & Salazar 2019): g·x/||x|| with one learned scalar g, initialised to sqrt(d)."""
 
-    eps: float = field(default=1e-5, validator=validators.gt(0.0))
+    eps: float = field(default=1e-5, validator=greater_than(0.0))
 
 
 @frozen(kw_only=True)
@@ -50,7 +50,7 @@ def build_squared_relu(config: SquaredReLUConfig, ctx: BuildContext):
 
 
 @hookimpl
-def blockspec_register(register) -> None:
+def blockspec_register(register: Register) -> None:
     register("positional", "alibi", ALiBiConfig, build_alibi, promises=("score_bias", "relative", "unbounded"))
     register("norm", "scalenorm", ScaleNormConfig, build_scalenorm, promises=("scale_invariant", "unit_rms"))
     register("activation", "squared_relu", SquaredReLUConfig, build_squared_relu, promises=("elementwise",))

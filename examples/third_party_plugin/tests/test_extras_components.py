@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import blockspec
+from blockspec.testing import build_model
 from blockspec_extras.alibi import alibi_slopes
 
 SPEC = """
@@ -44,16 +44,14 @@ def test_alibi_slopes_for_twelve_heads_interleave_the_next_power_of_two():
 
 
 def test_alibi_bias_is_slope_times_key_minus_query_distance():
-    registry = blockspec.load_registry()
-    model = blockspec.build(blockspec.loads_spec(SPEC, registry), registry=registry, seed=0)
+    model = build_model(SPEC, seed=0)
     bias = model.positional.score_bias(3, 3)  # (h, 3, 3)
     assert bias[0].tolist() == [[0.0, 0.5, 1.0], [-0.5, 0.0, 0.5], [-1.0, -0.5, 0.0]]  # masked above the diagonal
     assert bias[7, 2, 0].item() == -2 * 2.0 ** -8
 
 
 def test_a_model_of_extras_is_causal_and_its_scalenorm_has_unit_rms():
-    registry = blockspec.load_registry()
-    model = blockspec.build(blockspec.loads_spec(SPEC, registry), registry=registry, seed=0).eval()
+    model = build_model(SPEC, seed=0).eval()
     ids = torch.randint(50, (2, 10), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
     changed[:, 6:] = (ids[:, 6:] + 1) % 50

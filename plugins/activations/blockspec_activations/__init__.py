@@ -6,7 +6,7 @@ from typing import Literal
 
 from attrs import frozen
 
-from blockspec.plugin import BuildContext, hookimpl
+from blockspec.plugin import BuildContext, Register, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -71,7 +71,7 @@ def build_geglu(config: GeGLUConfig, ctx: BuildContext):
 
 
 @hookimpl
-def blockspec_register(register) -> None:
+def blockspec_register(register: Register) -> None:
     register("activation", "relu", ReLUConfig, build_relu, promises=("elementwise",))
     register("activation", "gelu", GELUConfig, build_gelu, promises=("elementwise",))
     register("activation", "silu", SiLUConfig, build_silu, promises=("elementwise",))

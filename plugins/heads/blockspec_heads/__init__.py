@@ -6,8 +6,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, hookimpl
-from blockspec.plugin import positive
+from blockspec.plugin import BuildContext, Register, hookimpl, positive
 
 BLOCKSPEC_API = 1
 
@@ -45,6 +44,6 @@ def build_classifier(config: ClassifierConfig, ctx: BuildContext):
 
 
 @hookimpl
-def blockspec_register(register) -> None:
+def blockspec_register(register: Register) -> None:
     register("head", "lm", LMHeadConfig, build_lm, promises=("lm",))
     register("head", "classifier", ClassifierConfig, build_classifier, promises=("classifier",))

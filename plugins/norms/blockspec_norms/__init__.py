@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, hookimpl
-from blockspec.plugin import greater_than
+from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -40,7 +39,7 @@ def build_rmsnorm(config: RMSNormConfig, ctx: BuildContext):
 
 
 @hookimpl
-def blockspec_register(register) -> None:
+def blockspec_register(register: Register) -> None:
     register("norm", "layernorm", LayerNormConfig, build_layernorm,
              promises=("scale_invariant", "shift_invariant", "standardizes"))
     register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant", "unit_rms"))

@@ -9,8 +9,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, hookimpl
-from blockspec.plugin import greater_than
+from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -56,7 +55,7 @@ def build_rope(config: RopeConfig, ctx: BuildContext):
 
 
 @hookimpl
-def blockspec_register(register) -> None:
+def blockspec_register(register: Register) -> None:
     register("positional", "learned", LearnedConfig, build_learned, promises=("additive",))
     register("positional", "sinusoidal", SinusoidalConfig, build_sinusoidal,
              promises=("additive", "relative", "unbounded"))

@@ -9,8 +9,7 @@ from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 from blockspec.testing.harness import exercise, normal
-from blockspec.testing.strategies import sequences
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -52,7 +51,7 @@ def check_weights(component: Component, case: Case, device: str) -> None:
 
 ATTENTION = (
     Property(name="contract", kind="attention", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
-    Property(name="causal", cases=sequences, kind="attention", promise="causal", check=check_causal,
+    Property(name="causal", cases=sequence_cases, kind="attention", promise="causal", check=check_causal,
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
              summary="row 0 is [1, 0, ...], no weight above the diagonal"),

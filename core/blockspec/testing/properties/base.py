@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
 from attrs import field, frozen
-from hypothesis.errors import HypothesisException
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
@@ -16,9 +16,28 @@ Check = Callable[[Component, Case, str], None]
 
 
 def _default_cases(component: Component):
-    from blockspec.testing.strategies import cases
+    from blockspec.testing.strategies import cases  # hypothesis loads here, when a runner asks for cases
 
     return cases(component)
+
+
+def sequence_cases(component: Component):
+    """Cases with at least two tokens: for checks that change the later ones."""
+    from blockspec.testing.strategies import sequences
+
+    return sequences(component)
+
+
+def _passes_through(error: Exception) -> bool:
+    """The kit's own signals, and hypothesis' (rejections, health checks), are not the component's failure.
+
+    Looks hypothesis up in sys.modules rather than importing it: if it is not loaded, none of its
+    exceptions can be in flight, and the probe runs properties without it.
+    """
+    if isinstance(error, (NotApplicable, PropertyFailure)):
+        return True
+    errors = sys.modules.get("hypothesis.errors")
+    return errors is not None and isinstance(error, errors.HypothesisException)
 
 
 @frozen(kw_only=True)
@@ -54,12 +73,12 @@ class Property:
     def __call__(self, component: Component, case: Case, device: str = "cpu") -> None:
         try:
             self.check(component, case, device)
-        except (NotApplicable, HypothesisException, PropertyFailure):
-            raise
-        except AssertionError as error:
-            raise self.failure(component, str(error)) from error
-        except Exception as error:  # the component crashed: that breaks the promise too
-            raise self.failure(component, f"raised {type(error).__name__}: {error}") from error
+        except Exception as error:
+            if _passes_through(error):
+                raise
+            if isinstance(error, AssertionError):
+                raise self.failure(component, str(error)) from error
+            raise self.failure(component, f"raised {type(error).__name__}: {error}") from error  # a crash too
 
     def failure(self, component: Component, detail: str) -> PropertyFailure:
         name = f"{component.kind}:{component.name}"

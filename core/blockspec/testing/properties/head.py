@@ -8,8 +8,7 @@ import torch
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.harness import exercise, normal
-from blockspec.testing.strategies import sequences
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -78,7 +77,7 @@ def check_tied(component: Component, case: Case, device: str) -> None:
 HEAD = (
     Property(name="contract", kind="head", check=check_contract,
              summary="lm: (B, N, |V|); classifier: (B, C); dtype and device kept"),
-    Property(name="positionwise", cases=sequences, kind="head", promise="lm", check=check_positionwise,
+    Property(name="positionwise", cases=sequence_cases, kind="head", promise="lm", check=check_positionwise,
              summary="logits at i see only position i (no future leak)"),
     Property(name="tied", kind="head", when=_has_tied_field, check=check_tied,
              summary="tied (promised, or config tied = true) shares the embedding's storage; untied does not"),

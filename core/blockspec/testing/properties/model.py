@@ -12,8 +12,7 @@ from blockspec.testing.cases import Case
 from blockspec.testing.formulas import model_parameters
 from blockspec.testing.harness import build_isolated
 from blockspec.testing.reference import ReferenceConfig, partner, solo_spec
-from blockspec.testing.strategies import sequences
-from blockspec.testing.properties.base import Property, assert_close, assert_shape
+from blockspec.testing.properties.base import Property, assert_close, assert_shape, sequence_cases
 
 
 def solo_model(component: Component, case: Case, device: str, *, meta: bool = False):
@@ -108,7 +107,8 @@ MODEL_SHARE = 0.25  # a whole model per example: a quarter of the budget, sizes 
 MODEL = (
     Property(name="model_shapes", check=check_model_shapes, share=MODEL_SHARE,
              summary="in a model: every tensor from embedding to output layer is (B, N, d)"),
-    Property(name="model_causal", cases=sequences, check=check_model_causal, when=_causal_applies, share=MODEL_SHARE,
+    Property(name="model_causal", cases=sequence_cases, check=check_model_causal, when=_causal_applies,
+             share=MODEL_SHARE,
              summary="in a model: logits up to i ignore tokens after i"),
     Property(name="model_parameters", check=check_model_parameters, share=MODEL_SHARE,
              summary="in a model: meta count == built count == closed form"),

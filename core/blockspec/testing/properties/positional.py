@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import attrs
 import torch
-from hypothesis import assume
 
 from blockspec.errors import ContextLengthError
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
-from blockspec.testing.harness import build_isolated, clamp_start, exercise, normal
+from blockspec.testing.harness import assume, build_isolated, clamp_start, exercise, normal
 from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 
 FLAGS = {"additive": "adds", "rotary": "rotates", "score_bias": "biases"}
@@ -54,7 +53,8 @@ def check_relative_additive(component: Component, case: Case, device: str) -> No
     roomy = attrs.evolve(case.model, context_length=max(case.model.context_length, count + shift))
     built = build_isolated(component, attrs.evolve(case, model=roomy), device=device)
     limit = getattr(built.module, "max_positions", None)
-    assume(limit is None or limit >= count + shift)  # a table that ignores context_length: no example
+    assume(limit is None or limit >= count + shift,  # a table that ignores context_length: no example
+           f"max_positions={limit} is below the {count + shift} positions the fit needs")
     table = encodings(built.module, count + shift, d, device).double()  # (P + k, d)
     residual = fit_residual(table[:count], table[shift:shift + count])
     if residual > 1e-4:
