@@ -68,7 +68,7 @@ def test_export_refuses_an_existing_directory_without_force(capsys, tmp_path, re
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
     code, _, err = run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "out")
-    assert code == 2 and "already exists; pass overwrite=True (--force)" in err
+    assert code == 2 and "already exists; pass --force to replace it" in err
     assert run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "out", "--force")[0] == 0
     assert not (tmp_path / "out" / "keep.txt").exists()
 

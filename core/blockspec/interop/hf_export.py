@@ -57,7 +57,7 @@ def _refuse_existing(target: Path, overwrite: bool) -> None:
         return
     if target.is_dir() and not target.is_symlink() and (overwrite or not any(target.iterdir())):
         return
-    hint = "pass overwrite=True (--force) to replace it" if target.is_dir() else "it is not a directory"
+    hint = "pass overwrite=True to replace it" if target.is_dir() else "it is not a directory"
     raise CheckpointError(f"{target}: already exists; {hint}")
 
 
