@@ -183,13 +183,13 @@ def check_plot_file(path: str | None) -> Path | None:
     if path is None:
         return None
     target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--plot: {path} is a folder; give a file name such as {target / 'plot.png'}")
     if target.suffix.lower() not in PLOT_FORMATS:
         raise UsageError(f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, found {path!r}")
     parent = target.parent
     if not parent.is_dir():
         raise UsageError(f"--plot: {path}: the folder {str(parent)!r} does not exist; create it first")
-    if target.is_dir():
-        raise UsageError(f"--plot: {path} is a folder; give a file name such as {path.rstrip('/')}/plot.png")
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'blockspec[plot]'")
     return target

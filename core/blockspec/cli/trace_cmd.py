@@ -101,8 +101,6 @@ def label_of(tokenizer, token_id: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from blockspec.inspect.trace import trace
 
     plot = check_plot_file(args.plot)
