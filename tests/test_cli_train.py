@@ -38,14 +38,15 @@ def train(files, *args, spec="learned"):
     return main(["train", str(files / f"{spec}.toml"), "--data", str(files / "play.txt"), *FAST, *args])
 
 
-def last_json(capsys) -> dict:
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def json_out(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
 
 
-def test_train_json_summary_is_the_last_line(files, capsys):
+def test_train_json_is_the_whole_output_indented(files, capsys):
     assert train(files, "--steps", "6", "--eval-every", "3", "--json") == 0
     captured = capsys.readouterr()
-    summary = json.loads(captured.out.strip().splitlines()[-1])
+    summary = json.loads(captured.out)
+    assert captured.out.startswith('{\n  "steps": 6,')
     assert {"steps", "train_loss", "val_loss", "tokens_per_s", "seconds"} <= summary.keys()
     assert summary["steps"] == 6 and summary["tokens_per_s"] > 0 and summary["val_loss"] < 4.2
     assert captured.err == ""  # no progress bar when stderr is not a terminal
@@ -63,11 +64,11 @@ def test_train_prints_evaluations_and_writes_checkpoint_and_plot(files, capsys):
 
 def test_resume_continues_the_step_count_and_reproduces_the_losses(files, capsys):
     assert train(files, "--steps", "6", "--eval-every", "3", "--json") == 0
-    uninterrupted = last_json(capsys)
+    uninterrupted = json_out(capsys)
     assert train(files, "--steps", "3", "--eval-every", "3", "--out", str(files / "ckpt"), "--json") == 0
     capsys.readouterr()
     assert train(files, "--steps", "6", "--resume", str(files / "ckpt"), "--json") == 0
-    resumed = last_json(capsys)
+    resumed = json_out(capsys)
     assert resumed["steps"] == 6
     assert (resumed["train_loss"], resumed["val_loss"]) == (uninterrupted["train_loss"], uninterrupted["val_loss"])
 
@@ -80,7 +81,7 @@ def test_generate_continues_the_prompt_and_the_cache_changes_nothing(files, caps
     for extra in ([], ["--no-cache"]):
         assert main(["generate", str(files / "ckpt"), "--prompt", "ROMEO:", "--temperature", "0",
                      "--max-new-tokens", "20", "--json", *extra]) == 0
-        outputs.append(last_json(capsys)["text"])
+        outputs.append(json_out(capsys)["text"])
     assert outputs[0] == outputs[1] and outputs[0].startswith("ROMEO:") and len(outputs[0]) == 26
     assert main(["generate", str(files / "ckpt"), "--prompt", "LADY ", "--seed", "1"]) == 0
     sampled = capsys.readouterr().out
@@ -93,7 +94,7 @@ def test_errors_are_single_lines_with_the_fix(files, capsys):
     cases = [
         (["train", str(files / "learned.toml"), "--data", str(files / "missing.txt")], "missing.txt: cannot read"),
         (["train", str(files / "learned.toml"), "--data", str(files / "play.txt"), "--batch-size", "0"],
-         "--batch-size: expected a positive integer, found 0"),
+         "--batch-size: expected a positive integer, found '0'"),
         (["train", str(files / "rope.toml"), "--data", str(files / "play.txt"), "--resume", str(files / "ckpt")],
          "was trained from a different spec"),
         (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40"],

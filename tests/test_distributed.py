@@ -33,7 +33,7 @@ def torchrun(*args: str, cwd) -> dict:
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=240,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout)  # rank 0 prints the one JSON document
 
 
 def single_process_step(registry, text: str) -> Trainer:

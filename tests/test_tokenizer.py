@@ -1,4 +1,4 @@
-"""The character tokenizer, the byte fallback, and --ids parsing."""
+"""The character tokenizer, the byte fallback, and token-id parsing."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_tokenizer_for_a_vocabulary():
     assert tokenizer_for(65) == CharTokenizer.default()
     assert isinstance(tokenizer_for(50257), ByteTokenizer)
     assert tokenizer_for(32000).encode("é") == [195, 169]
-    with pytest.raises(TokenizerError, match="vocab_size 100 .* --ids"):
+    with pytest.raises(TokenizerError, match="vocab_size 100 .* give token ids instead of text"):
         tokenizer_for(100)
 
 

@@ -109,7 +109,12 @@ def test_integer_weights_are_not_cast_into_a_float_model(tmp_path, example_spec,
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("--text", "To be#"), "--text: character '#' at position 5"),
-    (("--ids", "1,65"), "token id 65 is outside the vocabulary 0..64"),
+    (("--ids", "1,65"), "--ids: token id 65 is outside the vocabulary 0..64"),
+    (("--ids", "1,x"), "--ids: expected an integer token id, found 'x'"),
+    (("--ids", "1", "--top", "-1"), "--top: expected an integer >= 0, found '-1'"),
+    (("--ids", "1", "--device", "tpu"), "--device: expected one of auto, cpu, cuda, cuda:N, mps, found 'tpu'"),
+    (("--ids", "1", "--plot", "x.jpgg"), "--plot: expected a file ending in .png, .svg, .pdf, found 'x.jpgg'"),
+    (("--ids", "1", "--plot", "no/such/folder/x.png"), "--plot: no/such/folder/x.png: the folder 'no/such/folder'"),
     (("--text", ""), "expected at least one character"),
     (("--text", "To", "--stage", "nothing*"), "no stage matches 'nothing*'"),
     (("--ids", ",".join(["1"] * 65)), "positions up to 64 requested"),
@@ -131,20 +136,31 @@ def test_text_on_a_vocabulary_without_characters(capsys, tmp_path):
     spec = (SPECS / "tiny-shakespeare.toml").read_text().replace("vocab_size = 65", "vocab_size = 100")
     (tmp_path / "v100.toml").write_text(spec)
     code, _, err = run_cli(capsys, "trace", str(tmp_path / "v100.toml"), "--text", "hi")
-    assert code == 2 and "no character vocabulary is known for vocab_size 100" in err and "--ids" in err
+    assert code == 2 and "no character vocabulary is known for vocab_size 100" in err
+    assert "give token ids with --ids instead of --text" in err
 
 
-def test_plots_are_pngs(capsys, tmp_path):
+def test_plot_file_is_the_overview_and_the_other_pictures_are_its_siblings(capsys, tmp_path):
     pytest.importorskip("matplotlib")
-    code, out, _ = run_cli(capsys, "trace", TINY, "--text", "To be", "--plot", str(tmp_path))
+    code, out, _ = run_cli(capsys, "trace", TINY, "--text", "To be", "--plot", str(tmp_path / "trace.png"))
     assert code == 0
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["blocks.0.attention.png", "blocks.1.attention.png", "positional.png", "stages.png"]
+    assert names == ["trace-blocks.0.attention.png", "trace-blocks.1.attention.png", "trace-positional.png",
+                     "trace.png"]
     assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
-    assert f"wrote {tmp_path / 'stages.png'}" in out
+    assert out.splitlines()[-4] == f"wrote {tmp_path / 'trace.png'}"
+
+
+def test_plot_suffix_picks_the_format_of_every_picture(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, out, _ = run_cli(capsys, "trace", TINY, "--ids", "1,2", "--plot", str(tmp_path / "t.svg"), "--json")
+    assert code == 0
+    plots = json.loads(out)["plots"]
+    assert plots[0] == str(tmp_path / "t.svg") and len(plots) == 4
+    assert all(Path(p).suffix == ".svg" and b"<svg" in Path(p).read_bytes()[:500] for p in plots)
 
 
 def test_plots_without_matplotlib_say_how_to_install(capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    code, _, err = run_cli(capsys, "trace", TINY, "--ids", "1", "--plot", str(tmp_path))
-    assert code == 2 and "pip install 'blockspec[plot]'" in err
+    code, _, err = run_cli(capsys, "trace", TINY, "--ids", "1", "--plot", str(tmp_path / "t.png"))
+    assert code == 2 and err.startswith("blockspec: error: --plot: ") and "pip install 'blockspec[plot]'" in err

@@ -67,10 +67,10 @@ def blockspec_tokenizer(chars):
     return CharTokenizer(chars)
 
 
-def test_bad_settings_name_the_flag():
-    with pytest.raises(TrainConfigError, match=r"--batch-size: expected a positive integer, found 0"):
+def test_bad_settings_name_the_setting_not_a_flag():
+    with pytest.raises(TrainConfigError, match=r"^batch_size: expected a positive integer, found 0"):
         make_config({"batch_size": 0})
-    with pytest.raises(TrainConfigError, match="--lr: expected a number > 0.0"):
+    with pytest.raises(TrainConfigError, match="^lr: expected a number > 0.0"):
         make_config({"lr": 0.0})
 
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +25,6 @@ from blockspec.errors import CheckpointError
 
 Kind = Literal["checkpoint", "directory", "file"]
 LIBRARY_OPTION = "overwrite=True"
-CLI_OPTION = "--force"
 MANIFEST_FILE = "manifest.json"  # what marks a directory as a blockspec checkpoint (manifest.py)
 
 
@@ -39,15 +37,6 @@ class OutputExistsError(CheckpointError):
 
     def __reduce__(self):
         return type(self), (self.path, self.option)
-
-
-@contextmanager
-def cli_option_names() -> Iterator[None]:
-    """Inside a command: refusals name ``--force`` instead of the library's ``overwrite=True``."""
-    try:
-        yield
-    except OutputExistsError as error:
-        raise OutputExistsError(error.path, CLI_OPTION) from None
 
 
 def check_writable_target(

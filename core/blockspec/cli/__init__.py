@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -29,8 +30,24 @@ COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, i
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
+class _UsageError(Exception):
+    """argparse refused the command line; main prints it like any other error."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is reported as ``blockspec: error: --flag: ...`` with exit 2,
+    the same as every other error, instead of a usage block and ``SystemExit``."""
+
+    def error(self, message: str):
+        raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="blockspec",
         description="Compose PyTorch transformers from TOML specs, out of plugin components.",
     )
@@ -43,7 +60,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    try:
+        args = make_parser().parse_args(argv)
+    except _UsageError as error:
+        print(f"blockspec: error: {error} (see {error.prog} --help)", file=sys.stderr)
+        return 2
     try:
         with registry_file_override(args.registry):
             return args.run(args)

@@ -7,27 +7,39 @@ import sys
 
 from blockspec.registry.specs import load_spec
 from blockspec.assembly.counting import count_parameters
-from blockspec.errors import SpecError
-from blockspec.cli.common import registry_with_warnings
+from blockspec.errors import Problem, SpecError
+from blockspec.cli.common import add_json_argument, emit_json, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("check", help="validate spec files")
     parser.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec files")
+    add_json_argument(parser, "a JSON array, one object per spec: file, ok, name, parameters, problems")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings(probe=True)  # check imports torch anyway; the probe adds ~0.1 s
-    failed = 0
+    reports = []
     for path in args.specs:
         try:
             spec = load_spec(path, registry)
             count = count_parameters(spec, registry)
         except SpecError as error:
-            failed += 1
-            for problem in error.problems:
+            for problem in error.problems:  # stderr either way: --json keeps stdout for the report
                 print(f"blockspec: error: {problem}", file=sys.stderr)
+            reports.append({"file": str(path), "ok": False, "name": None, "parameters": None,
+                            "problems": [_problem_json(p) for p in error.problems]})
             continue
-        print(f"ok  {path}  ({spec.model.name}: {count.exact:,} parameters)")
-    return 2 if failed else 0
+        reports.append({"file": str(path), "ok": True, "name": spec.model.name, "parameters": count.exact,
+                        "problems": []})
+        if not args.json:
+            print(f"ok  {path}  ({spec.model.name}: {count.exact:,} parameters)")
+    if args.json:
+        emit_json(reports)
+    return 0 if all(r["ok"] for r in reports) else 2
+
+
+def _problem_json(problem: Problem) -> dict:
+    return {"file": problem.file, "line": problem.line, "column": problem.column, "path": problem.path,
+            "message": problem.message, "hint": problem.hint}

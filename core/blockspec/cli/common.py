@@ -1,15 +1,33 @@
-"""Helpers shared by subcommands: loading the registry with visible warnings, tables, JSON."""
+"""Helpers shared by subcommands: the registry with visible warnings, tables, JSON, and the
+argument types, ``--device`` and ``--plot`` that every command spells and checks the same way."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import math
+import re
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from blockspec.registry.loading import PluginWarning, load_registry
+from blockspec.errors import BlockspecError
 from blockspec.registry.components import Registry
+from blockspec.registry.loading import PluginWarning, load_registry
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+class UsageError(BlockspecError, ValueError):
+    """A command-line value the command cannot use (a device this machine lacks, a plot file it cannot write)."""
 
 
 def registry_with_warnings(*, probe: bool | None = None) -> Registry:
@@ -25,8 +43,16 @@ def registry_with_warnings(*, probe: bool | None = None) -> Registry:
     return registry
 
 
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+# -- output ------------------------------------------------------------------------------------------------
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str = "a JSON object") -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} (indented) instead of text")
+
+
+def emit_json(data: Any) -> None:
+    """Every command's ``--json`` output: one document on stdout, indented by 2, keys in the order built."""
+    print(json.dumps(data, indent=2, ensure_ascii=False), flush=True)
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> None:
@@ -41,3 +67,162 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: 
     print("  ".join("-" * w for w in widths))
     for row in rows:
         print(fmt(row))
+
+
+# -- argument types (argparse reports a bad value as a usage error, exit 2) -------------------------------
+
+
+def positive_int(text: str) -> int:
+    """1, 2, 3, ..."""
+    value = _int(text)
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """0, 1, 2, ..."""
+    value = _int(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text!r}")
+    return value
+
+
+def any_int(text: str) -> int:
+    """Any integer (a seed)."""
+    value = _int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = _float(text)
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
+    value = _float(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}")
+    return value
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# -- --device ----------------------------------------------------------------------------------------------
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", metavar="DEVICE",
+                        help="auto (cuda if available, else mps if available, else cpu), cpu, cuda, cuda:N "
+                             "or mps (default auto)")
+
+
+def resolve_device(request: str) -> torch.device:
+    """``--device``'s value as a torch device this machine has; anything else is a UsageError naming the flag."""
+    import torch
+
+    text = request.strip().lower()
+    cuda, mps = torch.cuda.is_available(), _mps_available()
+    if text == "auto":
+        return torch.device("cuda" if cuda else "mps" if mps else "cpu")
+    match = re.fullmatch(r"(cpu|cuda|mps)(?::(\d+))?", text)
+    if match is None or (match[1] != "cuda" and match[2] is not None):
+        raise UsageError(f"--device: expected one of {', '.join(DEVICES)}, found {request!r}")
+    kind, index = match[1], match[2]
+    if kind == "cuda":
+        if not cuda:
+            raise UsageError(f"--device: {request!r} asked for, but torch sees no CUDA device; "
+                             "use --device cpu (or auto)")
+        if index is not None and int(index) >= torch.cuda.device_count():
+            raise UsageError(f"--device: {request!r} asked for, but torch sees {torch.cuda.device_count()} "
+                             "CUDA device(s), numbered from 0")
+        return torch.device(text)
+    if kind == "mps" and not mps:
+        raise UsageError(f"--device: {request!r} asked for, but torch sees no MPS device; "
+                         "use --device cpu (or auto)")
+    return torch.device(kind)
+
+
+def _mps_available() -> bool:
+    import torch
+
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+# -- --plot ------------------------------------------------------------------------------------------------
+
+
+def add_plot_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--plot", metavar="FILE",
+                        help=f"{what}; the suffix picks the format: {', '.join(PLOT_FORMATS)} "
+                             "(needs matplotlib: pip install 'blockspec[plot]')")
+
+
+def check_plot_file(path: str | None) -> Path | None:
+    """``--plot FILE`` checked before any work: a known suffix, an existing folder, matplotlib importable."""
+    if path is None:
+        return None
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--plot: {path} is a folder; give a file name such as {target / 'plot.png'}")
+    if target.suffix.lower() not in PLOT_FORMATS:
+        raise UsageError(f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, found {path!r}")
+    parent = target.parent
+    existing = next(p for p in (parent, *parent.parents) if p.exists() or p == Path(p.anchor or "."))
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"--plot: {path}: {str(existing)!r} is not a folder")
+    if not parent.is_dir():
+        raise UsageError(f"--plot: {path}: the folder {str(parent)!r} does not exist; create it first")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'blockspec[plot]'")
+    return target
+
+
+# -- library errors name parameters; the command line names flags ----------------------------------------
+
+
+@contextmanager
+def flag_names(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-word a library error raised inside the block so that it names this command's flags.
+
+    A key ending in ``:`` (``"lr:"``) matches at the start of a line, where the library puts the
+    parameter an error is about; any other key (``"batch_size"``, ``"allow_pickle=True"``)
+    matches as a whole word anywhere. The error keeps its class; only its text changes.
+    """
+    try:
+        yield
+    except BlockspecError as error:
+        text = str(error)
+        worded = translate(text, names)
+        if worded != text:
+            error.args = (worded,)
+        raise
+
+
+def translate(text: str, names: Mapping[str, str]) -> str:
+    for name, flag in names.items():
+        if name.endswith(":"):
+            text = re.sub(rf"(?m)^{re.escape(name)}", flag, text)
+        else:
+            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w])", flag, text)
+    return text

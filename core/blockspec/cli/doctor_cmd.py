@@ -13,12 +13,12 @@ import sys
 from blockspec.registry.loading import STRICT_ENV, strict_default
 from blockspec.registry.policy import current_policy
 from blockspec.registry.components import Registry
-from blockspec.cli.common import print_json, print_table, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("doctor", help="loaded and quarantined plugins, load policy, versions")
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    add_json_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings(probe=True)
     report = _report(registry, policy.describe())
     if args.json:
-        print_json(report)
+        emit_json(report)
     else:
         _print(report)
     return 0

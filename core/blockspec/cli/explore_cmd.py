@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.trace_cmd import add_model_arguments, label_of, prepare
+from blockspec.cli.common import add_json_argument, emit_json
+from blockspec.cli.trace_cmd import add_model_arguments, input_tensor, label_of, prepare
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("explore", help="write a self-contained HTML explorer of one input's trace")
     add_model_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE.html", help="where to write the page")
+    add_json_argument(parser, "a JSON object (page, bytes, stages, model, weights)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from blockspec.inspect.explore.export import explorer_data
     from blockspec.inspect.explore.page import write_page
     from blockspec.inspect.trace import trace
 
     prepared = prepare(args)
-    result = trace(prepared.model, torch.tensor([prepared.ids]))
+    result = trace(prepared.model, input_tensor(prepared))
     data = explorer_data(prepared.model, result, ids=prepared.ids, weights=prepared.weights,
                          label_of=lambda i: label_of(prepared.tokenizer, i),
                          tokenizer=prepared.tokenizer.describe() if prepared.tokenizer else None)
     path = write_page(data, args.out)
     size = path.stat().st_size
+    if args.json:
+        emit_json({"page": str(path), "bytes": size, "stages": len(result), "model": prepared.model.spec.model.name,
+                   "weights": prepared.weights})
+        return 0
     print(f"wrote {path} ({size / 1e6:.2f} MB): {len(result)} stages of {prepared.model.spec.model.name}, "
           f"weights {prepared.weights}; open it in a browser (no network needed)")
     return 0

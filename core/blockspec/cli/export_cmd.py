@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from blockspec.checkpoint.outputs import check_writable_target, cli_option_names
-from blockspec.cli.common import registry_with_warnings
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 from blockspec.cli.import_cmd import HF_PREFIX
+
+FLAGS = {"overwrite=True": "--force"}
 
 
 def add_parser(subparsers) -> None:
@@ -15,11 +17,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("checkpoint", metavar="CKPT", help="blockspec checkpoint directory")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to write")
     parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    add_json_argument(parser, "a JSON object (checkpoint, directory, files, carried)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    with cli_option_names():
+    with flag_names(FLAGS):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[args.checkpoint])
         return _export(args)
 
@@ -39,7 +42,12 @@ def _export(args: argparse.Namespace) -> int:
             base = json.loads(carried.pop("config.json"))
         except ValueError as error:
             raise CheckpointError(f"{args.checkpoint}: {HF_PREFIX}config.json: not valid JSON: {error}") from None
-    export_hf(model, args.out, base_config=base, extra_files=carried, overwrite=args.force)
+    with flag_names(FLAGS):
+        export_hf(model, args.out, base_config=base, extra_files=carried, overwrite=args.force)
+    if args.json:
+        emit_json({"checkpoint": str(args.checkpoint), "directory": str(args.out),
+                   "files": ["config.json", "model.safetensors", *sorted(carried)], "carried": sorted(carried)})
+        return 0
     kept = ", ".join(sorted(carried)) or "none"
     print(f"exported {args.checkpoint} -> {args.out}  (config.json, model.safetensors; carried files: {kept})")
     return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target, cli_option_names
-from blockspec.cli.common import registry_with_warnings
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.cli.common import flag_names, registry_with_warnings
+
+FLAGS = {"overwrite=True": "--force"}
 
 
 def add_parser(subparsers) -> None:
@@ -20,7 +22,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with cli_option_names():
+    with flag_names(FLAGS):
         check_writable_target(args.out, kind="checkpoint", overwrite=args.force, inputs=[args.checkpoint])
         return _export(args)
 

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from blockspec.cli.common import registry_with_warnings
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, any_int, emit_json, flag_names,
+                                  non_negative_float, non_negative_int, positive_int, registry_with_warnings,
+                                  resolve_device)
 
 DEFAULT_NEW_TOKENS = 200
+FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those"}
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a trained checkpoint")
     parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out`")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="text to continue")
-    parser.add_argument("--max-new-tokens", type=int, metavar="N", help="characters to add (default: 200, or up "
-                        "to the context length for learned positions)")
-    parser.add_argument("--temperature", type=float, default=0.8, metavar="T", help="0: greedy (default 0.8)")
-    parser.add_argument("--top-k", type=int, metavar="K", help="sample only among the K likeliest characters")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--max-new-tokens", type=non_negative_int, metavar="N", help="characters to add (default: "
+                        "200, or up to the context length for learned positions)")
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
+                        help="0: greedy (default 0.8)")
+    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest characters")
+    parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    add_device_argument(parser)
+    add_json_argument(parser, "a JSON object (prompt, text, new_tokens)")
     parser.set_defaults(run=run)
 
 
@@ -31,14 +34,18 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.train.generate import generate
     from blockspec.train.checkpointing import load_model
 
-    model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=args.device)
-    prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=args.device)  # (1, N)
+    device = resolve_device(args.device)
+    if not args.prompt:
+        raise UsageError("--prompt: expected at least one character, found an empty text")
+    with flag_names(FLAGS):
+        model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=device)
+    prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=device)  # (1, N)
     new_tokens = _new_tokens(args.max_new_tokens, model.positional.max_positions, prompt.shape[1])
     ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                    seed=args.seed, use_cache=not args.no_cache)
     text = tokenizer.decode(ids[0].tolist())
     if args.json:
-        print(json.dumps({"prompt": args.prompt, "text": text, "new_tokens": new_tokens}))
+        emit_json({"prompt": args.prompt, "text": text, "new_tokens": new_tokens})
     else:
         print(text)
     return 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from blockspec.checkpoint.outputs import check_writable_target, cli_option_names
-from blockspec.cli.common import registry_with_warnings
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
 HF_PREFIX = "hf/"  # where the original config and tokenizer files travel inside the checkpoint
+FLAGS = {"allow_pickle=True": "--allow-pickle", "overwrite=True": "--force"}
 
 
 def add_parser(subparsers) -> None:
@@ -20,11 +21,12 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="keep", help="convert the weights (default: keep)")
     parser.add_argument("--allow-pickle", action="store_true",
                         help="read pytorch_model.bin if there is no safetensors file (torch.load, weights_only)")
+    add_json_argument(parser, "a JSON object (source, checkpoint, name, parameters, dtype, carried)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    with cli_option_names():
+    with flag_names(FLAGS):
         check_writable_target(args.out, kind="checkpoint", overwrite=args.force, inputs=[args.directory])
         return _import(args)
 
@@ -39,10 +41,16 @@ def _import(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     source = Path(args.directory)
     dtype = None if args.dtype == "keep" else getattr(torch, args.dtype)
-    model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
+    with flag_names(FLAGS):
+        model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
     carried = {HF_PREFIX + name: data for name, data in carried_files(source).items()}
     save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried, overwrite=args.force)
     count = sum(p.numel() for p in model.parameters())
+    dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if args.json:
+        emit_json({"source": str(source), "checkpoint": str(args.out), "name": model.spec.model.name,
+                   "parameters": count, "dtype": dtype_name, "carried": sorted(carried)})
+        return 0
     kept = ", ".join(sorted(carried)) or "none"
     print(f"imported {source} -> {args.out}  ({model.spec.model.name}: {count:,} parameters, "
           f"{next(model.parameters()).dtype}; carried files: {kept})")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 
 from blockspec.spec.kinds import KINDS
-from blockspec.cli.common import print_json, print_table, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("list", help="list registered components")
     parser.add_argument("--kind", choices=KINDS, help="only components of this kind")
-    parser.add_argument("--json", action="store_true", help="print a JSON array")
+    add_json_argument(parser, "a JSON array")
     parser.set_defaults(run=run)
 
 
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         for c in components
     ]
     if args.json:
-        print_json(records)
+        emit_json(records)
         return 0
     header = ("KIND", "NAME", "DISTRIBUTION", "VERSION", "SUMMARY")
     print_table(header, [tuple(r[k.lower()] for k in header) for r in records])

@@ -8,13 +8,13 @@ import attrs
 
 from blockspec.interop.sources import load_spec_or_checkpoint
 from blockspec.inspect.summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
-from blockspec.cli.common import print_json, print_table, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("show", help="show the assembled model: modules, shapes, parameters")
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    add_json_argument(parser)
     parser.add_argument("--tree", action="store_true",
                         help="the resolved component tree: every module, its provider, parameters and shape")
     parser.set_defaults(run=run)
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_tree(args, registry)
     summary = summarize(load_spec_or_checkpoint(args.spec, registry), registry)
     if args.json:
-        print_json(_as_json(summary))
+        emit_json(_as_json(summary))
     else:
         _print(summary)
     return 0
@@ -76,7 +76,7 @@ def _run_tree(args: argparse.Namespace, registry) -> int:
     spec = load_spec_or_checkpoint(args.spec, registry)
     tree = component_tree(spec, registry)
     if args.json:
-        print_json({"name": spec.model.name, "tree": _tree_json(tree)})
+        emit_json({"name": spec.model.name, "tree": _tree_json(tree)})
         return 0
     print(f"{spec.model.name}  (N = sequence length; batch dimension omitted; built on the meta device)\n")
     rows = [(spec.model.name, *_tree_cells(tree)[1:])] + _tree_rows(tree.children, "")

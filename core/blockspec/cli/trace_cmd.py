@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import fnmatch
 from collections.abc import Sequence
+from pathlib import Path
 
 from attrs import frozen
 
 from blockspec.errors import BlockspecError
 from blockspec.train.tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
-from blockspec.cli.common import print_json, print_table, registry_with_warnings
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, add_plot_argument, any_int,
+                                  check_plot_file, emit_json, flag_names, non_negative_int, print_table,
+                                  registry_with_warnings, resolve_device)
 
 TOP_K = 5
+FLAGS = {"ids:": "--ids:", "token ids instead of text": "token ids with --ids instead of --text"}
 
 
 def add_parser(subparsers) -> None:
@@ -20,17 +24,20 @@ def add_parser(subparsers) -> None:
     add_model_arguments(parser)
     parser.add_argument("--stage", metavar="PATTERN",
                         help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values")
-    parser.add_argument("--json", action="store_true", help="print a JSON object")
-    parser.add_argument("--plot", metavar="DIR", help="write PNG pictures into DIR (needs blockspec[plot])")
-    parser.add_argument("--top", type=int, default=TOP_K, metavar="K", help="next-token candidates to list")
+    add_json_argument(parser)
+    add_plot_argument(parser, "write the stage overview to FILE, and each other picture next to it as "
+                              "STEM-NAME.SUFFIX (attention per block, positional encoding)")
+    parser.add_argument("--top", type=non_negative_int, default=TOP_K, metavar="K",
+                        help=f"next-token candidates to list (default {TOP_K})")
     parser.set_defaults(run=run)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """SPEC, --weights, --seed and the input; shared with `blockspec explore`."""
+    """SPEC, --weights, --seed, --device and the input; shared with `blockspec explore`."""
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     parser.add_argument("--weights", metavar="FILE", help="safetensors weights; default: random, from --seed")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="seed of the random weights (default 0)")
+    add_device_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="input text (characters for a 65-token vocabulary, else UTF-8 bytes)")
     source.add_argument("--ids", help="input token ids, comma-separated: 1,2,3")
@@ -52,16 +59,18 @@ def prepare(args: argparse.Namespace) -> Prepared:
     from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
     from blockspec.checkpoint.weights_file import load_weights
 
+    device = resolve_device(args.device)
     registry = registry_with_warnings()
     spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
-    ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
+    with flag_names(FLAGS):
+        ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
     has_weights = source_kind(args.spec) != "spec"
     if args.weights:
         model = build_unfilled(spec, registry=registry)  # the file fills every tensor, or load_weights refuses it
         load_weights(model, args.weights)
     else:
         model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
-    model.eval()
+    model.to(device).eval()
     labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or (str(args.spec) if has_weights else
                                f"random (seed {args.seed}; pass --weights FILE for trained ones)")
@@ -92,33 +101,66 @@ def label_of(tokenizer, token_id: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from blockspec.inspect.trace import trace
 
-    if args.top < 0:
-        raise BlockspecError(f"--top: expected a count >= 0, found {args.top}")
+    plot = check_plot_file(args.plot)
     prepared = prepare(args)
-    result = trace(prepared.model, torch.tensor([prepared.ids]))
+    result = trace(prepared.model, input_tensor(prepared))
     stages = [s for s in result.stages if args.stage is None or fnmatch.fnmatchcase(s.name, args.stage)]
     if args.stage is not None and not stages:
         raise BlockspecError(f"--stage: no stage matches {args.stage!r}; stages are named like "
                              f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
-    plots = _plots(args, result, prepared)
+    plots = _plots(plot, result, prepared)
     top = next_tokens(result, prepared, args.top)
     if args.json:
-        print_json(_as_json(prepared, stages, top, plots, with_values=args.stage is not None))
+        emit_json(_as_json(prepared, stages, top, plots, with_values=args.stage is not None))
     else:
         _print(prepared, stages, top, plots, with_values=args.stage is not None)
     return 0
 
 
-def _plots(args, result, prepared: Prepared) -> list[str]:
-    if not args.plot:
-        return []
-    from blockspec.inspect.plots import write_plots
+def input_tensor(prepared: Prepared):
+    """The input as a (1, N) tensor on the model's device."""
+    import torch
 
-    return [str(p) for p in write_plots(result, prepared.model, args.plot, prepared.labels)]
+    return torch.tensor([prepared.ids], device=prepared.model.embedding.weight.device)
+
+
+class _PlotFiles:
+    """Stands in for the plots' output folder: ``out / "stages.png"`` is FILE itself, and any other
+    picture ``out / "NAME.png"`` is FILE's sibling STEM-NAME.SUFFIX, so FILE's suffix picks every format."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __truediv__(self, name: str) -> Path:
+        picture = name.removesuffix(".png")
+        if picture == "stages":
+            return self.target
+        return self.target.with_name(f"{self.target.stem}-{picture}{self.target.suffix}")
+
+
+def _plots(plot: Path | None, result, prepared: Prepared) -> list[str]:
+    """The stage overview in FILE, then one sibling per attention layer and the positional encoding."""
+    if plot is None:
+        return []
+    import matplotlib
+
+    from blockspec.inspect.plots import plot_attention, plot_overview, plot_positional
+
+    matplotlib.use("Agg")  # files only, no display
+    from matplotlib import pyplot
+
+    out, model = _PlotFiles(plot), prepared.model
+    try:
+        written = [plot_overview(pyplot, result, out)]
+        written += [plot_attention(pyplot, name, weights[0], prepared.labels, out)
+                    for name, weights in result.select("*.attn.weights").items()]
+        if model.positional.adds or model.positional.rotates:
+            written.append(plot_positional(pyplot, model, out))
+    except OSError as error:
+        raise UsageError(f"--plot: {error.filename or plot}: cannot write the picture: {error.strerror}") from None
+    return [str(p) for p in written]
 
 
 def next_tokens(result, prepared: Prepared, k: int) -> list[dict]:
@@ -179,4 +221,4 @@ def _print_values(stages: Sequence) -> None:
     torch.set_printoptions(precision=4, sci_mode=False)  # a CLI process: the global setting is ours
     for stage in stages:
         print(f"\n{stage.name}  [{', '.join(map(str, stage.shape))}]")
-        print(stage.tensor[0])
+        print(stage.tensor[0].cpu())

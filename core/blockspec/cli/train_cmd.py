@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -12,34 +11,44 @@ from pathlib import Path
 from blockspec.registry.specs import load_spec
 from blockspec.spec.convert import spec_to_dict
 from blockspec.errors import CheckpointError
-from blockspec.checkpoint.outputs import check_writable_target, cli_option_names, same_path
-from blockspec.cli.common import registry_with_warnings
+from blockspec.checkpoint.outputs import check_writable_target, same_path
+from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, any_int,
+                                  check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
+                                  positive_float, positive_int, registry_with_warnings, resolve_device)
 
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
+SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
+# the library names settings and parameters; this command's user knows them as flags
+FLAGS = {**{f"{name}:": f"--{name.replace('_', '-')}:" for name in SETTINGS},
+         "batch_size": "--batch-size", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("train", help="train a spec on a text file (character level)")
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
     parser.add_argument("--data", required=True, metavar="FILE", help="UTF-8 text; first 90%% train, last 10%% validation")
-    parser.add_argument("--steps", type=int, metavar="N", help="train up to step N in total (default 600)")
-    parser.add_argument("--batch-size", type=int, metavar="B", help="windows per step over all processes (default 32)")
-    parser.add_argument("--lr", type=float, metavar="LR", help="AdamW learning rate (default 3e-3)")
-    parser.add_argument("--weight-decay", type=float, metavar="WD", help="AdamW weight decay (default 0)")
-    parser.add_argument("--seed", type=int, metavar="S", help="seed for weights and batches (default 0)")
-    parser.add_argument("--eval-every", type=int, metavar="K", help="validate every K steps; 0: at the end (default 100)")
-    parser.add_argument("--eval-batches", type=int, metavar="N", help="batches per validation (default 20)")
+    parser.add_argument("--steps", type=non_negative_int, metavar="N",
+                        help="train up to step N in total (default 600)")
+    parser.add_argument("--batch-size", type=positive_int, metavar="B",
+                        help="windows per step over all processes (default 32)")
+    parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
+    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
+    parser.add_argument("--seed", type=any_int, metavar="S", help="seed for weights and batches (default 0)")
+    parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
+                        help="validate every K steps; 0: at the end (default 100)")
+    parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
     parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end "
                         "(default with --resume: the resumed checkpoint)")
-    parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="also checkpoint every K steps")
+    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
+                        help="also checkpoint every K steps (default 0: only at the end)")
     parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
-    parser.add_argument("--plot", metavar="FILE", help="write the loss curves as a PNG (needs matplotlib)")
+    add_plot_argument(parser, "write the training and validation loss curves to FILE")
+    add_device_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
-    parser.add_argument("--device", default="auto", help="auto (GPU if any), cpu or cuda (default auto)")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads per process (default: 1 for "
+    parser.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads per process (default: 1 for "
                         "models under 5M parameters, else torch's default)")
-    parser.add_argument("--json", action="store_true", help="last line: a JSON summary; no progress bar")
+    add_json_argument(parser, "a JSON summary at the end, and no progress bar or evaluation lines")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")
     parser.set_defaults(run=run)
 
@@ -47,12 +56,13 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from blockspec.train.distributed import close_world, init_world
 
-    with cli_option_names():
+    device = resolve_device(args.device)  # a bad --device or --plot fails before any process group or data
+    with flag_names(FLAGS):
         _preflight(args)
-    world = init_world(args.device)
+    world = init_world(device.type if device.index is None else str(device))  # cuda: this rank's GPU
     finished = False
     try:
-        with cli_option_names():
+        with flag_names(FLAGS):
             code = _train(args, world)
         finished = True
         return code
@@ -73,24 +83,10 @@ def _preflight(args: argparse.Namespace) -> None:
         inputs = [args.spec, args.data, None if resuming_in_place else args.resume]
         check_writable_target(args.out, kind="checkpoint", overwrite=args.force or resuming_in_place, inputs=inputs)
     if args.plot:
+        check_plot_file(args.plot)
         check_writable_target(args.plot, kind="file", overwrite=args.force,
                               inputs=[args.spec, args.data, args.resume, args.out])
-        _check_plot_format(args.plot)
     args.replace_out = args.force or resuming_in_place
-
-
-def _check_plot_format(path: str) -> None:
-    from blockspec.train.plot import PlotError
-
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
-    formats = FigureCanvasBase.get_supported_filetypes()
-    suffix = Path(path).suffix.removeprefix(".").lower()
-    if suffix not in formats:
-        raise PlotError(f"--plot {path}: unknown image format {suffix or '(no suffix)'!r}; "
-                        f"use one of {', '.join(sorted(formats))}")
 
 
 def _train(args: argparse.Namespace, world) -> int:
@@ -209,7 +205,7 @@ class _Session:
                    "seconds": round(time.perf_counter() - self.started, 3), "world_size": self.world.size,
                    "checkpoint": self.args.out, "plot": self.args.plot}
         if self.args.json:
-            print(json.dumps(summary), flush=True)
+            emit_json(summary)
         else:
             print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}, "
                   f"{summary['tokens_per_s']:,.0f} tok/s, {summary['seconds']:.1f}s"

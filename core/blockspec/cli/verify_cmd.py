@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from blockspec.errors import BlockspecError
 from blockspec.spec.kinds import KINDS
 from blockspec.registry.components import Registry
-from blockspec.cli.common import print_json, print_table, registry_with_warnings
+from blockspec.cli.common import (add_device_argument, add_json_argument, emit_json, positive_int, print_table,
+                                  registry_with_warnings, resolve_device)
 
 CELLS = {"passed": "pass", "failed": "FAIL", "not applicable": "-"}
 
@@ -22,30 +23,26 @@ def add_parser(subparsers) -> None:
         "verify", help="check installed components against the promises they declare (needs hypothesis)")
     parser.add_argument("--distribution", metavar="NAME", help="only components of this distribution")
     parser.add_argument("--component", metavar="KIND:NAME", help="only this component, e.g. norm:rmsnorm")
-    parser.add_argument("--max-examples", type=_positive, default=None, metavar="N",
+    parser.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
                         help="hypothesis examples per component x property "
                              "(default: 25; whole-model checks run a quarter)")
-    parser.add_argument("--json", action="store_true", help="print a JSON array of results")
+    add_device_argument(parser)
+    add_json_argument(parser, "a JSON array of results")
     parser.set_defaults(run=run)
-
-
-def _positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
     _require_kit()
+    device = resolve_device(args.device)
     from blockspec.testing.runner import DEFAULT_MAX_EXAMPLES, select, verify
 
     registry = registry_with_warnings()
     _check_selection(registry, args.distribution, args.component)
     components = select(registry, distribution=args.distribution, component=args.component)
-    results = verify(components, max_examples=args.max_examples or DEFAULT_MAX_EXAMPLES)
+    results = verify(components, max_examples=args.max_examples or DEFAULT_MAX_EXAMPLES,
+                     device=str(device))
     if args.json:
-        print_json([r.as_dict() for r in results])
+        emit_json([r.as_dict() for r in results])
     else:
         _print(results)
     return 0 if all(r.passed for r in results) else 1

@@ -78,7 +78,7 @@ def open_weights(directory: Path, *, allow_pickle: bool = False) -> Iterator[Wei
                               f"{SAFETENSORS}.index.json)")
     if not allow_pickle:
         raise CheckpointError(f"{pickle_path}: is a pickle, which can run code when loaded; refusing to read it. "
-                              "Convert it to safetensors, or opt in with allow_pickle=True (--allow-pickle) "
+                              "Convert it to safetensors, or opt in with allow_pickle=True "
                               "to read it with torch.load(weights_only=True)")
     yield _pickle_source(pickle_path)
 

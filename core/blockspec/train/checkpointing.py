@@ -191,7 +191,7 @@ def _extra(path: str | Path, name: str) -> bytes:
     try:
         return read_extra_file(path, name)
     except CheckpointError as error:
-        raise CheckpointError(f"{error}; {path} is not a training checkpoint (written by `blockspec train --out`)"
+        raise CheckpointError(f"{error}; {path} is not a training checkpoint (save_checkpoint writes those)"
                               ) from None
 
 

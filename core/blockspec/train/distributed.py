@@ -39,7 +39,7 @@ class World:
         """This rank's rows of a global batch (B, ...) -> (B / size, ...)."""
         if batch.shape[0] % self.size:
             raise DistributedError(f"a batch of {batch.shape[0]} cannot be split evenly over {self.size} processes; "
-                                   f"use a --batch-size divisible by {self.size}")
+                                   f"use a batch_size divisible by {self.size}")
         rows = batch.shape[0] // self.size
         return batch[self.rank * rows : (self.rank + 1) * rows].to(self.device)
 
@@ -57,7 +57,7 @@ def pick_device(request: str, local_rank: int = 0) -> torch.device:
         request = "cuda" if torch.cuda.is_available() else "cpu"
     if request == "cuda":
         if not torch.cuda.is_available():
-            raise DistributedError("--device cuda asked for, but torch sees no CUDA device; use --device cpu")
+            raise DistributedError("device 'cuda' asked for, but torch sees no CUDA device; use device 'cpu'")
         return torch.device("cuda", local_rank)
     return torch.device(request)
 
@@ -99,8 +99,8 @@ def _fully_shard(model: nn.Module) -> nn.Module:
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:
-        raise DistributedError(f"--fsdp needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); "
-                               f"this torch is {torch.__version__}; use DDP (the default)") from None
+        raise DistributedError(f"strategy 'fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); "
+                               f"this torch is {torch.__version__}; use strategy 'ddp' (the default)") from None
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)

@@ -44,11 +44,11 @@ class TrainConfigError(BlockspecError, ValueError):
 
 
 def make_config(settings: dict[str, Any]) -> TrainConfig:
-    """A TrainConfig from plain settings (command-line flags, a checkpoint's JSON); bad values say which flag."""
+    """A TrainConfig from plain settings (command-line flags, a checkpoint's JSON); bad values name the setting."""
     try:
         return TrainConfig(**settings)
     except FieldError as error:
-        raise TrainConfigError(f"--{error.field.replace('_', '-')}: {error.message}") from None
+        raise TrainConfigError(f"{error.field}: {error.message}") from None
     except TypeError as error:
         raise TrainConfigError(f"unknown training setting: {error}") from None
 
@@ -84,7 +84,7 @@ class Trainer:
         self.spec = model.spec
         self.sharded = world.size > 1 and strategy == "fsdp"
         if resume is not None:
-            load_model_state(model, resume.model_state, source="--resume checkpoint")
+            load_model_state(model, resume.model_state, source="the resumed checkpoint")
         self.model = wrap(model.to(world.device), world, strategy)
         self.raw = model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=(0.9, 0.99),

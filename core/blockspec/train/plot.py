@@ -49,7 +49,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("--plot needs matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
+        raise PlotError("plots need matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
 

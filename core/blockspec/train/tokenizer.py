@@ -122,7 +122,7 @@ def tokenizer_for(vocab_size: int) -> Tokenizer:
         return ByteTokenizer()
     raise TokenizerError(
         f"no character vocabulary is known for vocab_size {vocab_size} (known: {len(TINY_SHAKESPEARE_CHARS)}, "
-        f"the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes); pass token ids with --ids"
+        f"the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes); give token ids instead of text"
     )
 
 
@@ -130,11 +130,11 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
     """"1,2,3" -> [1, 2, 3], each checked against the vocabulary."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
-        raise TokenizerError("--ids: expected comma-separated token ids like 1,2,3, found nothing")
+        raise TokenizerError("ids: expected comma-separated token ids like 1,2,3, found nothing")
     ids = []
     for part in parts:
         if not part.lstrip("-").isdigit():
-            raise TokenizerError(f"--ids: expected an integer token id, found {part!r}")
+            raise TokenizerError(f"ids: expected an integer token id, found {part!r}")
         ids.append(int(part))
     return check_ids(ids, vocab_size)
 
@@ -142,7 +142,7 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 def check_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
-        raise TokenizerError(f"--ids: token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+        raise TokenizerError(f"ids: token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
     return list(ids)
 
 
