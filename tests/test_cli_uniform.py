@@ -83,6 +83,7 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "doctor": ["doctor"],
         "train": ["train", folder / "micro.toml", "--data", folder / "play.txt", "--steps", "1", *FAST],
         "generate": ["generate", folder / "ckpt", "--prompt", "to", "--max-new-tokens", "0", "--device", "cpu"],
+        "export": ["export", folder / "ckpt", "--weights-only", "--out", tmp / "shared"],
     }
 
 

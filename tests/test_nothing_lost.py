@@ -291,7 +291,7 @@ def test_resume_without_out_writes_back_to_the_resumed_checkpoint(world, tmp_pat
     code, out, err = run(capsys, "train", world / "spec.toml", "--data", world / "play.txt", "--steps", "4", *FAST,
                          "--resume", tmp_path / "ckpt", "--json")
     assert code == 0, err
-    assert json.loads(out.splitlines()[-1])["checkpoint"] == str(tmp_path / "ckpt")
+    assert json.loads(out)["checkpoint"] == str(tmp_path / "ckpt")
     assert checkpointing.load_checkpoint(tmp_path / "ckpt").step == 4
 
 

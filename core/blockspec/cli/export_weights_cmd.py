@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from blockspec.checkpoint.outputs import check_writable_target
-from blockspec.cli.common import flag_names, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 FLAGS = {"overwrite=True": "--force"}
 
@@ -18,6 +18,7 @@ def add_parser(subparsers) -> None:
                              "optimizer.safetensors and training.json")
     parser.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory to write")
     parser.add_argument("--force", action="store_true", help="replace DIR if it is an existing checkpoint")
+    add_json_argument(parser)
     parser.set_defaults(run=run)
 
 
@@ -44,6 +45,9 @@ def _export(args: argparse.Namespace) -> int:
     extra = {k: v for k, v in manifest.extra.items() if k != "format"}  # no longer a training checkpoint
     save(model, args.out, extra={**extra, "weights_only": True}, extra_files=files, overwrite=args.force)
     dropped = sorted(TRAINING_FILES & manifest.files.keys())
+    if args.json:
+        emit_json({"source": str(args.checkpoint), "checkpoint": str(args.out), "kept": sorted(kept), "dropped": dropped})
+        return 0
     print(f"exported {args.checkpoint} -> {args.out}  (kept: {', '.join(sorted(kept)) or 'spec and weights only'}; "
           f"dropped: {', '.join(dropped) or 'nothing'})")
     return 0
