@@ -188,9 +188,12 @@ class _SpecReader:
             return None
 
 
+_MODEL_HINTS = typing.get_type_hints(ModelConfig, include_extras=True)  # once: evaluating them compiles code
+
+
 def _valid_fields(table: dict[str, Any], cls: type) -> dict[str, Any]:
     """Each field of ``cls`` that structures on its own (or its default when absent); failing ones left out."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _MODEL_HINTS if cls is ModelConfig else typing.get_type_hints(cls, include_extras=True)
     valid = {}
     for attribute in attrs.fields(cls):
         if attribute.name in table:
