@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import torch
 
 import blockspec
@@ -37,8 +38,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--embedding-std", type=float, help="re-initialise the token embedding to N(0, std^2) "
-                        "(PyTorch's nn.Embedding default is 1.0; blockspec builds with GPT-2's 0.02)")
+    parser.add_argument("--embedding-std", type=float, help="override the specs' [init] embedding_std: the token "
+                        "embedding ~ N(0, std^2) (the shipped specs set 1.0; without [init], GPT-2's 0.02)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest for this size)")
     parser.add_argument("--plot", metavar="FILE", help="write both runs' loss curves to one PNG")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -52,19 +53,17 @@ def parse_args() -> argparse.Namespace:
 
 def train_one(name: str, data: CharDataset, args: argparse.Namespace, registry) -> dict:
     spec = blockspec.load_spec(SPECS[name], registry)
+    if args.embedding_std is not None:  # the spec's own [init], changed: build() draws it like any other
+        spec = attrs.evolve(spec, init=attrs.evolve(spec.init, embedding_std=args.embedding_std))
     config = make_config({"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
                           "eval_every": args.eval_every})
     model = blockspec.build(spec, registry=registry, seed=args.seed)
-    if args.embedding_std is not None:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
-            torch.manual_seed(args.seed)
-            model.embedding.weight.normal_(0.0, args.embedding_std)  # the tied head shares it
     trainer = Trainer(model, data, config)
     started = time.perf_counter()
     trainer.run(on_eval=lambda t, e: print(f"  {name:<10} step {e.step:>4}  val {e.val_loss:.4f}",
                                             file=sys.stderr, flush=True))
     last = trainer.history.evals[-1]
-    return {"spec": spec.source, "parameters": blockspec.count_parameters(spec, registry).exact,
+    return {"spec": spec.source, "embedding_std": spec.init.token_embedding_std, "parameters": blockspec.count_parameters(spec, registry).exact,
             "train_loss": last.train_loss, "val_loss": last.val_loss,
             "seconds": round(time.perf_counter() - started, 1), "history": trainer.history}
 
@@ -94,7 +93,7 @@ def report(runs: dict, args: argparse.Namespace) -> None:
         body = {n: {k: v for k, v in r.items() if k != "history"} for n, r in runs.items()}
         print(json.dumps({**body, "parameter_difference": difference, "steps": args.steps,
                           "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-                          "embedding_std": args.embedding_std}))
+                          "embedding_std": {n: r["embedding_std"] for n, r in runs.items()}}))
         return
     print(f"{'positions':<12}{'parameters':>12}{'train loss':>12}{'val loss':>10}{'seconds':>9}")
     for name, run in runs.items():

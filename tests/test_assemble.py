@@ -206,3 +206,19 @@ def test_a_component_that_cannot_be_built_is_a_spec_error(registry):
     spec = spec_of(registry, positional="rope", model={"n_heads": 64, "d_model": 64})
     with pytest.raises(SpecError, match=r"\$\.positional: blockspec-positional:rope cannot be built: rope needs an even head_dim"):
         blockspec.build(spec, registry=registry)
+
+
+def test_init_table_sets_the_drawn_scales(registry):
+    default = blockspec.build(blockspec.loads_spec(BASE, registry), registry=registry, seed=0)
+    explicit = blockspec.build(blockspec.loads_spec(BASE + "\n[init]\nstd = 0.02\nresidual_scaling = true\n", registry),
+                               registry=registry, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), explicit.state_dict().values()))
+    text = BASE.replace('[head]\nuse = "lm"\n', '[head]\nuse = "lm"\ntied = true\n', 1)
+    spec = blockspec.loads_spec(text + "\n[init]\nstd = 0.05\nembedding_std = 1.0\nresidual_scaling = false\n", registry)
+    model = blockspec.build(spec, registry=registry, seed=0)
+    assert model.embedding.weight.std().item() == pytest.approx(1.0, rel=0.1)
+    assert model.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.05, rel=0.1)  # not scaled by 1/sqrt(2L)
+    assert model.blocks[0].ffn.down.weight.std().item() == pytest.approx(0.05, rel=0.1)
+    scaled = blockspec.build(blockspec.loads_spec(text + "\n[init]\nstd = 0.05\n", registry), registry=registry, seed=0)
+    assert scaled.blocks[0].attn.proj.weight.std().item() == pytest.approx(0.05 / 2, rel=0.1)  # 1/sqrt(2·2)
+    assert scaled.embedding.weight.std().item() == pytest.approx(0.05, rel=0.1)  # embedding_std defaults to std

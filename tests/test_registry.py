@@ -90,6 +90,18 @@ def test_unknown_promise_is_refused():
         validate_component(component)
 
 
+def test_promises_given_as_a_string_says_a_tuple_is_needed():
+    def comma_forgotten(register):
+        register("norm", "x", EmptyConfig, build_nothing, promises=("unit_rms"))
+
+    registry = quarantined((plugin(comma_forgotten), "str-dist", "1"))
+    assert registry.names("norm") == []
+    (line,) = [str(q) for q in registry.quarantined]
+    assert "\n" not in line
+    assert "promises must be a tuple of names" in line and 'promises=("name",)' in line
+    assert "unknown promises" not in line
+
+
 def test_a_plugin_lands_whole_or_not_at_all():
     def half_then_bad(register):
         register("norm", "fine", EmptyConfig, build_nothing)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 import tomli_w
 from hypothesis import given
@@ -88,6 +90,72 @@ def test_every_problem_is_reported_at_once(registry):
     assert found["$.model.n_haeds"].hint == "did you mean 'n_heads'?"
     assert "did you mean 'rmsnorm'? (provided by blockspec-norms)" in str(found["$.norm.use"])
     assert found["$.norm.use"].line == 14
+
+
+def located(text: str, registry) -> set[tuple[str, str]]:
+    """Every problem as (path, message); each must carry file and line."""
+    found = problems(text, registry)
+    assert all(p.file == "bad.toml" and p.line is not None for p in found), [str(p) for p in found]
+    assert len({p.path for p in found}) == len(found), [str(p) for p in found]  # one line per problem
+    return {(p.path, p.message) for p in found}
+
+
+def test_five_zero_sizes_are_five_problems(registry):
+    text = BASE
+    for key in ("vocab_size = 65", "context_length = 64", "d_model = 64", "n_heads = 4", "d_ff = 256"):
+        text = text.replace(key, key.split(" = ")[0] + " = 0", 1)
+    assert located(text, registry) == {
+        (f"$.model.{key}", "expected a positive integer, found 0")
+        for key in ("vocab_size", "context_length", "d_model", "n_heads", "d_ff")
+    }
+
+
+def test_zero_d_ff_and_dropout_above_one_are_both_reported(registry):
+    text = BASE.replace("d_ff = 256", "d_ff = 0\ndropout = 1.5", 1)
+    assert located(text, registry) == {
+        ("$.model.d_ff", "expected a positive integer, found 0"),
+        ("$.model.dropout", "expected a number in [0.0, 1.0), found 1.5"),
+    }
+
+
+def test_cross_field_checks_run_on_the_fields_that_are_valid(registry):
+    text = BASE.replace("n_layers = 2", "n_layers = -2", 1).replace("n_heads = 4", "n_heads = 5", 1)
+    assert located(text, registry) == {
+        ("$.model.n_layers", "expected a number in [0, 1024], found -2"),
+        ("$.model.n_heads", "expected a divisor of d_model=64, found 5"),
+    }
+    both = BASE.replace("n_heads = 4", "n_heads = 6\nn_kv_heads = 4", 1)  # two cross-field problems at once
+    assert located(both, registry) == {
+        ("$.model.n_heads", "expected a divisor of d_model=64, found 6"),
+        ("$.model.n_kv_heads", "expected a divisor of n_heads=6, found 4"),
+    }
+    invalid_d_model = BASE.replace("d_model = 64", "d_model = 0", 1).replace("n_heads = 4", "n_heads = 5", 1)
+    assert {path for path, _ in located(invalid_d_model, registry)} == {"$.model.d_model"}  # nothing to divide
+
+
+INVALID_MODEL_VALUES = {
+    "name": st.integers(),
+    "vocab_size": st.integers(max_value=0) | st.text(max_size=3),
+    "context_length": st.integers(-(2**63), 0),
+    "d_model": st.integers(-(2**63), 0) | st.floats(allow_nan=False),
+    "n_layers": st.integers(-(2**63), -1) | st.integers(1025, 2**63 - 1),
+    "n_heads": st.integers(-(2**63), 0) | st.booleans(),
+    "n_kv_heads": st.integers(-(2**63), 0),
+    "d_ff": st.integers(-(2**63), 0),
+    "bias": st.integers() | st.text(max_size=3),
+    "norm_placement": st.text(max_size=5).filter(lambda t: t not in ("pre", "post")),
+    "final_norm": st.integers(),
+    "dropout": st.floats(min_value=1.0, allow_nan=False, allow_infinity=False) | st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False),
+}
+
+
+@given(st.dictionaries(st.sampled_from(sorted(INVALID_MODEL_VALUES)), st.none(), min_size=1).flatmap(
+    lambda keys: st.fixed_dictionaries({k: INVALID_MODEL_VALUES[k] for k in keys})))
+def test_any_set_of_invalid_model_fields_is_reported_in_full(registry, invalid):
+    document = tomllib.loads(BASE)
+    document["model"].update(invalid)
+    text = tomli_w.dumps(document)
+    assert {path for path, _ in located(text, registry)} == {f"$.model.{key}" for key in invalid}
 
 
 def test_unknown_component_is_its_own_error_type(registry):
@@ -190,3 +258,16 @@ def test_tomli_w_output_passes_the_guarded_reader(key, value):
     """Any string hypothesis draws, as key or value, written by tomli-w, reads back through the guard."""
     text = tomli_w.dumps({"model": {key: value, "name": value}})
     assert toml_read.parse(text, "t.toml") == {"model": {key: value, "name": value}}
+
+
+def test_init_table_round_trips_and_is_checked(registry):
+    assert "[init]" not in blockspec.dump_spec(blockspec.loads_spec(BASE, registry))  # GPT-2's default, unwritten
+    spec = blockspec.loads_spec(BASE + "\n[init]\nembedding_std = 1.0\n", registry)
+    assert (spec.init.std, spec.init.token_embedding_std, spec.init.residual_scaling) == (0.02, 1.0, True)
+    assert blockspec.loads_spec(blockspec.dump_spec(spec), registry) == spec
+    bad = BASE + '\n[init]\nstd = 0.0\nembedding_std = "big"\nresidual_scale = true\n'
+    assert located(bad, registry) == {
+        ("$.init.std", "expected a number > 0.0, found 0.0"),
+        ("$.init.embedding_std", "expected a number, found str 'big'"),
+        ("$.init.residual_scale", "unknown key 'residual_scale'"),
+    }

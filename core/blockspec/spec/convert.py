@@ -7,21 +7,24 @@ Which components exist is the registry's business: the reader asks a ``Resolver`
 from __future__ import annotations
 
 import difflib
+import typing
 from pathlib import Path
 from typing import Any, Protocol
 
 import tomli_w
+import attrs
 from attrs import frozen
 
 from blockspec.errors import Problem, SpecError, UnknownComponentError
 from blockspec.spec import toml_read as toml_guard
 from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.problems import did_you_mean, flatten, join, locate
-from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.spec.schema import ComponentSpec, InitConfig, ModelConfig, ModelSpec, cross_field_errors
 from blockspec.spec.strict import CONVERTER, SHORT, describe
 
 DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
-TOP_LEVEL = ("model", *SECTIONS)
+OPTIONAL_TABLES = ("init",)
+TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES)
 
 
 class Resolved(Protocol):
@@ -100,10 +103,11 @@ class _SpecReader:
         self._check_tables(data)
         model = self._model(data.get("model"))
         parts = {kind: self._component(kind, data.get(kind)) for kind in SECTIONS}
+        init = self._init(data.get("init"))
         if self.problems:
             error_cls = UnknownComponentError if self.unknown_component and len(self.problems) == 1 else SpecError
             raise error_cls(self.problems)
-        return ModelSpec(model=model, source=self.file, **parts)
+        return ModelSpec(model=model, init=init, source=self.file, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
         line = locate(self.text, path) if self.text else None
@@ -121,11 +125,24 @@ class _SpecReader:
         if table is None:
             self.problem("$.model", "missing required table [model]")
             return None
-        model = self._structure(table, ModelConfig, "$.model") if isinstance(table, dict) else None
+        if not isinstance(table, dict):
+            return None
+        model = self._structure(table, ModelConfig, "$.model")
+        if model is None:  # the fields' own checks are reported; relate the fields that passed them
+            reported = {(p.path, p.message) for p in self.problems}
+            for error in cross_field_errors(_valid_fields(table, ModelConfig)):
+                if (f"$.model.{error.field}", error.message) not in reported:
+                    self.problem(f"$.model.{error.field}", error.message)
+            return None
         oversized = _oversized(model) if model is not None else []
         for field_name, message in oversized:
             self.problem(f"$.model.{field_name}", message, "is this size a typo?")
         return None if oversized else model
+
+    def _init(self, table: Any) -> InitConfig | None:
+        if table is None:
+            return InitConfig()
+        return self._structure(table, InitConfig, "$.init") if isinstance(table, dict) else None
 
     def _component(self, kind: str, table: Any) -> ComponentSpec | None:
         if table is None and kind == "attention":
@@ -171,6 +188,24 @@ class _SpecReader:
             return None
 
 
+_MODEL_HINTS = typing.get_type_hints(ModelConfig, include_extras=True)  # once: evaluating them compiles code
+
+
+def _valid_fields(table: dict[str, Any], cls: type) -> dict[str, Any]:
+    """Each field of ``cls`` that structures on its own (or its default when absent); failing ones left out."""
+    hints = _MODEL_HINTS if cls is ModelConfig else typing.get_type_hints(cls, include_extras=True)
+    valid = {}
+    for attribute in attrs.fields(cls):
+        if attribute.name in table:
+            try:
+                valid[attribute.name] = CONVERTER.structure(table[attribute.name], hints[attribute.name])
+            except Exception:  # reported already, by the whole-table pass
+                continue
+        elif attribute.default is not attrs.NOTHING:
+            valid[attribute.name] = attribute.default
+    return valid
+
+
 MAX_TENSOR_ELEMENTS = 2**60  # 8-byte elements must still fit torch's 64-bit byte count
 
 
@@ -198,6 +233,8 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     document = {"model": _drop_none(CONVERTER.unstructure(spec.model))}
     for part in spec.components():
         document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
+    if spec.init != InitConfig():  # written only when chosen: GPT-2's default dumps as before
+        document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
     return document
 
 

@@ -12,6 +12,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from blockspec.errors import FieldError
 from blockspec.spec.strict import SHORT
+from blockspec.spec.validators import FieldErrors
 
 
 def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
@@ -29,6 +30,8 @@ def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str
         ]
     if isinstance(error, KeyError):
         return [(path, "missing required key", None)]
+    if isinstance(error, FieldErrors):
+        return [(join(path, e.field), e.message, None) for e in error.errors]
     if isinstance(error, FieldError):
         return [(join(path, error.field), error.message, None)]
     if isinstance(error, (ValueError, TypeError)):

@@ -5,15 +5,25 @@ Data flows one way: TOML text -> dict -> ModelSpec (convert.py) -> model (assemb
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from attrs import field, frozen
 
 from blockspec.errors import FieldError
-from blockspec.spec.validators import in_range, positive
+from blockspec.spec.validators import Check, FieldErrors
 
 NormPlacement = Literal["pre", "post"]
 MAX_LAYERS = 1024  # far above any published model; bounds the cost of checking a hostile spec
+INIT_STD = 0.02  # GPT-2's initialisation
+
+# Value checks live in the types, so the converter checks every field in one pass and reports
+# them all; the same Check is the attrs validator for configs built in Python.
+POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False)
+LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
+PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
+STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
+Size = Annotated[int, POSITIVE]
 
 
 @frozen(kw_only=True)
@@ -21,27 +31,22 @@ class ModelConfig:
     """The [model] table: sizes and wiring shared by every component."""
 
     name: str = "model"
-    vocab_size: int = field(validator=positive)
-    context_length: int = field(validator=positive)
-    d_model: int = field(validator=positive)
-    n_layers: int = field(validator=in_range(0, MAX_LAYERS, high_open=False))
-    n_heads: int = field(validator=positive)
-    n_kv_heads: int | None = field(default=None, validator=positive)
-    d_ff: int = field(validator=positive)
+    vocab_size: Size = field(validator=POSITIVE)
+    context_length: Size = field(validator=POSITIVE)
+    d_model: Size = field(validator=POSITIVE)
+    n_layers: Annotated[int, LAYERS] = field(validator=LAYERS)
+    n_heads: Size = field(validator=POSITIVE)
+    n_kv_heads: Annotated[int | None, POSITIVE] = field(default=None, validator=POSITIVE)
+    d_ff: Size = field(validator=POSITIVE)
     bias: bool = True
     norm_placement: NormPlacement = "pre"
     final_norm: bool | None = None
-    dropout: float = field(default=0.0, validator=in_range(0.0, 1.0))
+    dropout: Annotated[float, PROBABILITY] = field(default=0.0, validator=PROBABILITY)
 
     def __attrs_post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise FieldError(
-                "n_heads", f"expected a divisor of d_model={self.d_model}, found {self.n_heads}"
-            )
-        if self.n_heads % self.kv_heads:
-            raise FieldError(
-                "n_kv_heads", f"expected a divisor of n_heads={self.n_heads}, found {self.kv_heads}"
-            )
+        errors = cross_field_errors({"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads})
+        if errors:
+            raise errors[0] if len(errors) == 1 else FieldErrors(errors)
 
     @property
     def head_dim(self) -> int:
@@ -55,6 +60,35 @@ class ModelConfig:
     def has_final_norm(self) -> bool:
         """Pre-LN stacks end with a norm (GPT-2); Post-LN ones already end normalised."""
         return self.norm_placement == "pre" if self.final_norm is None else self.final_norm
+
+
+def cross_field_errors(values: Mapping[str, Any]) -> list[FieldError]:
+    """The checks that relate fields, on whichever of them are present (the reader passes the valid ones)."""
+    errors = []
+    d_model, n_heads, n_kv_heads = (values.get(k) for k in ("d_model", "n_heads", "n_kv_heads"))
+    if d_model is not None and n_heads is not None and d_model % n_heads:
+        errors.append(FieldError("n_heads", f"expected a divisor of d_model={d_model}, found {n_heads}"))
+    if n_heads is not None and n_kv_heads is not None and n_heads % n_kv_heads:
+        errors.append(FieldError("n_kv_heads", f"expected a divisor of n_heads={n_heads}, found {n_kv_heads}"))
+    return errors
+
+
+@frozen(kw_only=True)
+class InitConfig:
+    """The optional [init] table: how build() draws the weights. Without it, GPT-2's initialisation.
+
+    Linear weights ~ N(0, std²), biases zero; residual projections (attn.proj, ffn.down) use
+    std/sqrt(2·n_layers) when residual_scaling; the token embedding (and a head tied to it)
+    ~ N(0, embedding_std²), embedding_std defaulting to std.
+    """
+
+    std: Annotated[float, STD] = field(default=INIT_STD, validator=STD)
+    embedding_std: Annotated[float | None, STD] = field(default=None, validator=STD)
+    residual_scaling: bool = True
+
+    @property
+    def token_embedding_std(self) -> float:
+        return self.std if self.embedding_std is None else self.embedding_std
 
 
 @frozen(kw_only=True)
@@ -81,6 +115,7 @@ class ModelSpec:
     activation: ComponentSpec
     head: ComponentSpec
     attention: ComponentSpec
+    init: InitConfig = InitConfig()
     source: str | None = field(default=None, eq=False)
 
     def components(self) -> tuple[ComponentSpec, ...]:

@@ -66,7 +66,8 @@ def _checked(tp: Any, converter: cattrs.Converter) -> Any:
         result = converter.structure(value, base_type)
         for check in checks:
             if not check.test(result):
-                raise ValueError(f"expected {check.expected}, found {describe(value)}")
+                found = describe(value) if check.typed else SHORT.repr(value)
+                raise ValueError(f"expected {check.expected}, found {found}")
         return result
 
     return structure

@@ -20,6 +20,20 @@ class Check:
 
     test: Callable[[Any], bool]
     expected: str
+    typed: bool = True  # "found int 0" (the type named) or "found 0"
+
+    def __call__(self, instance: Any, attribute: Any, value: Any) -> None:
+        """The same test as an attrs validator, for objects built in Python rather than read from a spec."""
+        if not self.test(value):
+            raise FieldError(attribute.name, f"expected {self.expected}, found {value!r}")
+
+
+class FieldErrors(FieldError):
+    """Several fields failed together (cross-field checks); a FieldError for the first, listing all."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__(errors[0].field, errors[0].message)
+        self.errors = errors
 
 
 def positive(instance: Any, attribute: Any, value: Any) -> None:
