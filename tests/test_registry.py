@@ -98,7 +98,7 @@ def test_promises_given_as_a_string_says_a_tuple_is_needed():
     assert registry.names("norm") == []
     (line,) = [str(q) for q in registry.quarantined]
     assert "\n" not in line
-    assert "promises must be a tuple of names" in line and 'promises=("name",)' in line
+    assert "promises must be a tuple of names, found the string 'unit_rms'" in line and "promises=('unit_rms',)" in line
     assert "unknown promises" not in line
 
 

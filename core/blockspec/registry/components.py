@@ -71,11 +71,6 @@ def validate_component(component: Component) -> None:
     if not callable(component.build):
         raise RegistrationError(f"{component.kind}:{component.name}: build must be callable")
     unknown = component.promises - PROMISES[component.kind]
-    if unknown and all(len(p) == 1 for p in unknown):  # promises="unit_rms" (the comma forgotten), read letter by letter
-        raise RegistrationError(
-            f"{component.kind}:{component.name}: promises must be a tuple of names, found single letters "
-            f"{''.join(sorted(unknown))!r} (a string?); write promises=(\"name\",) with the comma"
-        )
     if unknown:
         raise RegistrationError(
             f"{component.kind}:{component.name}: unknown promises {sorted(unknown)}; "

@@ -19,7 +19,7 @@ from types import ModuleType
 import pluggy
 
 from blockspec.registry import hookspecs
-from blockspec.errors import BlockspecError, PluginError
+from blockspec.errors import BlockspecError, PluginError, RegistrationError
 from blockspec.registry.policy import Policy, current_policy
 from blockspec.registry.components import Component, Quarantine, Registry, Skipped, validate_component
 
@@ -171,6 +171,9 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
     taken = {(c.kind, c.name) for c in earlier}
 
     def register(kind, name, config_cls, build, *, summary=None, promises=()) -> None:
+        if isinstance(promises, str):  # promises=("unit_rms") is a string: the comma was forgotten
+            raise RegistrationError(f"{kind}:{name}: promises must be a tuple of names, found the string "
+                                    f"{promises!r}; write promises=({promises!r},) with the comma")
         component = Component(
             kind=kind, name=name, config_cls=config_cls, build=build,
             distribution=distribution, version=version,
