@@ -13,6 +13,7 @@ import sys
 from blockspec.registry.loading import STRICT_ENV, strict_default
 from blockspec.registry.policy import current_policy
 from blockspec.registry.components import Registry
+from blockspec.registry.specs import ambiguity_warnings
 from blockspec.cli.common import print_json, print_table, registry_with_warnings
 
 
@@ -25,6 +26,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     policy = current_policy()
     registry = registry_with_warnings(probe=True)
+    for line in ambiguity_warnings(registry):
+        print(f"blockspec: warning: {line}", file=sys.stderr)
     report = _report(registry, policy.describe())
     if args.json:
         print_json(report)
