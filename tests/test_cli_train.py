@@ -85,7 +85,14 @@ def test_generate_continues_the_prompt_and_the_cache_changes_nothing(files, caps
     assert outputs[0] == outputs[1] and outputs[0].startswith("ROMEO:") and len(outputs[0]) == 26
     assert main(["generate", str(files / "ckpt"), "--prompt", "LADY ", "--seed", "1"]) == 0
     sampled = capsys.readouterr().out
-    assert sampled.startswith("LADY ") and len(sampled) - 1 == (32 if spec == "learned" else 205)  # print adds one newline
+    assert sampled.startswith("LADY ") and len(sampled) - 1 == 205  # print adds one newline; learned slides
+    if spec == "learned":  # context 32: a longer prompt slides too, unless told to refuse
+        assert main(["generate", str(files / "ckpt"), "--prompt", "ROMEO: " * 6, "--max-new-tokens", "5",
+                     "--temperature", "0"]) == 0
+        assert len(capsys.readouterr().out) - 1 == 47
+        assert main(["generate", str(files / "ckpt"), "--prompt", "LADY ", "--overflow", "error", "--temperature", "0",
+                     "--json"]) == 0
+        assert last_json(capsys)["new_tokens"] == 27
 
 
 def test_errors_are_single_lines_with_the_fix(files, capsys):
@@ -97,8 +104,10 @@ def test_errors_are_single_lines_with_the_fix(files, capsys):
          "--batch-size: expected a positive integer, found '0'"),
         (["train", str(files / "rope.toml"), "--data", str(files / "play.txt"), "--resume", str(files / "ckpt")],
          "was trained from a different spec"),
-        (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40"],
-         "ask for at most 31 new tokens, or use sinusoidal/rope positions"),
+        (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40", "--overflow", "error"],
+         "ask for at most 31 new tokens, let generation slide"),
+        (["generate", str(files / "ckpt"), "--prompt", "a" * 40, "--overflow", "error"],
+         "the prompt is too long: shorten it to at most 31 tokens"),
         (["generate", str(files / "ckpt"), "--prompt", "Zebra#"], "--prompt: character '#' at position 5 is not in"),
         (["generate", str(files / "nowhere"), "--prompt", "a"], "nowhere: no such checkpoint directory"),
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 import torch
@@ -13,6 +15,8 @@ from blockspec.train.generate import generate, sample
 from blockspec.modules.kv_cache import KVCache
 
 from .specs import spec_text
+
+EXAMPLE_SPEC = Path(__file__).resolve().parents[1] / "examples" / "specs" / "tiny-shakespeare.toml"  # learned, 64
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
@@ -109,12 +113,53 @@ def test_unbounded_positions_generate_past_the_context_length(registry, position
     assert torch.equal(cached, generate(model, prompt, max_new_tokens=30, temperature=0.0, use_cache=False))
 
 
-def test_learned_positions_past_the_table_fail_before_any_kernel(registry):
+def test_learned_positions_past_the_table_fail_before_any_kernel_when_asked_to(registry):
     model = small_model(registry, "learned")
-    with pytest.raises(blockspec.ContextLengthError, match=r"positions up to 19.*context_length = 16.*at most 12"):
-        generate(model, torch.tensor([[1, 2, 3, 4]]), max_new_tokens=16, temperature=0.0)
+    with pytest.raises(blockspec.ContextLengthError, match=r"positions up to 19.*context_length = 16.*at most 12 new"):
+        generate(model, torch.tensor([[1, 2, 3, 4]]), max_new_tokens=16, temperature=0.0, overflow="error")
+    assert generate(model, torch.tensor([[1, 2, 3, 4]]), max_new_tokens=12, temperature=0.0,
+                    overflow="error").shape == (1, 16)  # the "at most" is right: 12 fit
+    for n_prompt in (16, 20):  # no room left: 0 new tokens would be wrong advice
+        with pytest.raises(blockspec.ContextLengthError, match="the prompt is too long: shorten it to at most 15 "):
+            generate(model, torch.ones(1, n_prompt, dtype=torch.long), max_new_tokens=1, temperature=0.0,
+                     overflow="error")
+    with pytest.raises(ValueError, match="overflow 'slide' or 'error'"):
+        generate(model, torch.tensor([[1]]), max_new_tokens=1, overflow="wrap")
     with pytest.raises(blockspec.ContextLengthError, match="positions up to 16"):
         model(torch.tensor([[1]]), start=16, cache=KVCache.for_model(model, batch_size=1, max_length=32))
+
+
+def sliding_reference(model, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """nanoGPT's loop: greedy, no cache, each step on the last context_length tokens."""
+    window = model.positional.max_positions
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            ids = torch.cat((ids, model(ids[:, -window:])[:, -1].argmax(-1, keepdim=True)), dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("n_prompt", [1, 6, 16, 21])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_learned_positions_slide_over_the_last_context_length_tokens(registry, n_prompt, use_cache):
+    model = small_model(registry, "learned")  # context_length 16
+    prompt = torch.randint(0, 29, (2, n_prompt), generator=torch.Generator().manual_seed(n_prompt))
+    slid = generate(model, prompt, max_new_tokens=40, temperature=0.0, use_cache=use_cache)
+    assert slid.shape == (2, n_prompt + 40)
+    assert torch.equal(slid, sliding_reference(model, prompt, 40))
+
+
+def test_the_tiny_learned_model_generates_200_tokens_and_takes_a_70_token_prompt(registry):
+    spec = blockspec.load_spec(EXAMPLE_SPEC, registry)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    _sharpen(model)
+    window = model.positional.max_positions
+    assert window == spec.model.context_length == 64
+    prompt = torch.randint(0, spec.model.vocab_size, (1, 6), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(generate(model, prompt, max_new_tokens=200, temperature=0.0),
+                       sliding_reference(model, prompt, 200))
+    long_prompt = torch.randint(0, spec.model.vocab_size, (1, 70), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(generate(model, long_prompt, max_new_tokens=10, temperature=0.0),
+                       sliding_reference(model, long_prompt, 10))
 
 
 def test_a_full_cache_refuses_more_positions(registry):

@@ -15,6 +15,7 @@ from attrs import field, frozen
 
 from blockspec.errors import CheckpointError
 from blockspec.registry.components import Registry
+from blockspec.registry.policy import normalize
 from blockspec.spec.documents import structure_document
 from blockspec.spec.problems import join
 from blockspec.spec.strict import CONVERTER
@@ -64,16 +65,31 @@ def split_lock(document: dict[str, Any], file: str) -> tuple[dict[str, Any], dic
     return spec, structure_document(table, LockDocument, file=file, error=CheckpointError).lock
 
 
+def preferences(lock: dict[str, Locked]) -> dict[str, str]:
+    """"kind:name" -> the distribution that built it: the tie-break for names two distributions provide."""
+    return {key: locked.distribution for key, locked in lock.items()}
+
+
 def check_lock(lock: dict[str, Locked], registry: Registry, file: str) -> None:
-    """Missing components fail (all named at once); other versions or providers only warn."""
+    """Missing components fail (all named at once); other versions or providers only warn.
+
+    A name that several distributions provide is settled by the lock, so the locked one must be
+    among them: were it missing, which of the others to use would be a guess.
+    """
     missing = []
     for key, locked in lock.items():
         kind, _, name = key.partition(":")
         providers = registry.providers(kind, name)
+        install = f"(pip install '{locked.distribution}=={locked.version}')"
         if not providers:
             missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is not installed; "
-                           f"the checkpoint was saved with {locked.distribution} {locked.version} "
-                           f"(pip install '{locked.distribution}=={locked.version}')")
+                           f"the checkpoint was saved with {locked.distribution} {locked.version} {install}")
+        elif len(providers) > 1 and not any(normalize(p.distribution) == normalize(locked.distribution)
+                                            for p in providers):
+            found = " and ".join(p.distribution for p in providers)
+            missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is provided by {found}, but the "
+                           f"checkpoint was saved with {locked.distribution} {locked.version}, which is not "
+                           f"installed {install}")
         elif not any(p.distribution == locked.distribution and p.version == locked.version for p in providers):
             found = ", ".join(f"{p.distribution} {p.version}" for p in providers)
             warnings.warn(f"{file}: {key} was saved with {locked.distribution} {locked.version}, "

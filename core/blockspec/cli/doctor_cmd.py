@@ -14,6 +14,7 @@ from blockspec.registry.loading import STRICT_ENV, strict_default
 from blockspec.registry.policy import current_policy
 from blockspec.registry.components import Registry
 from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
+from blockspec.registry.specs import ambiguity_warnings
 
 
 def add_parser(subparsers) -> None:
@@ -25,6 +26,8 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     policy = current_policy()
     registry = registry_with_warnings(probe=True)
+    for line in ambiguity_warnings(registry):
+        print(f"blockspec: warning: {line}", file=sys.stderr)
     report = _report(registry, policy.describe())
     if args.json:
         emit_json(report)

@@ -17,11 +17,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out`")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="text to continue")
     parser.add_argument("--max-new-tokens", type=non_negative_int, metavar="N", help="characters to add (default: "
-                        "200, or up to the context length for learned positions)")
+                        "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
                         help="0: greedy (default 0.8)")
     parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest characters")
     parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
+                        help="past a learned-positions context: continue over the last context_length characters "
+                        "(slide, the default) or refuse (error)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
     add_json_argument(parser, "a JSON object (prompt, text, new_tokens)")
@@ -40,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
         model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=device)
     prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=device)  # (1, N)
-    new_tokens = _new_tokens(args.max_new_tokens, model.positional.max_positions, prompt.shape[1])
+    limit = model.positional.max_positions if args.overflow == "error" else None
+    new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
     ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   seed=args.seed, use_cache=not args.no_cache)
+                   seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow)
     text = tokenizer.decode(ids[0].tolist())
     if args.json:
         emit_json({"prompt": args.prompt, "text": text, "new_tokens": new_tokens})
@@ -52,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _new_tokens(requested: int | None, max_positions: int | None, prompt_length: int) -> int:
-    """The request, or by default 200 (fewer when a learned table ends sooner)."""
+    """The request, or by default 200 (fewer when a table that may not slide ends sooner)."""
     if requested is not None:
         return requested
     if max_positions is None:

@@ -127,6 +127,15 @@ class Registry:
     def providers(self, kind: str, name: str) -> tuple[Component, ...]:
         return self._by_kind.get(kind, {}).get(name, ())
 
+    def ambiguous(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """(kind, name, distributions) for every name that more than one distribution provides.
+
+        An unpinned ``use`` of such a name is refused by the spec reader (checkpoints settle
+        it from their [lock]); ``list`` and ``doctor`` warn about each.
+        """
+        return [(kind, name, tuple(c.distribution for c in found))
+                for kind in KINDS for name, found in sorted(self._by_kind.get(kind, {}).items()) if len(found) > 1]
+
     def get(self, kind: str, name: str, distribution: str | None = None) -> Component | None:
         """The one component for a name, or None when absent; ambiguity is the caller's to report."""
         found = self.providers(kind, name)

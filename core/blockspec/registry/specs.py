@@ -6,6 +6,7 @@ component a ``use`` names, and says what to install when the answer is none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +35,34 @@ def structure_spec(
     *,
     file: str | None = None,
     text: str | None = None,
+    prefer: Mapping[str, str] | None = None,
 ) -> ModelSpec:
-    """A plain dict (as tomllib gives it) -> a validated ModelSpec, or SpecError listing every problem."""
+    """A plain dict (as tomllib gives it) -> a validated ModelSpec, or SpecError listing every problem.
+
+    ``prefer`` maps "kind:name" to a distribution and only breaks ties: an unpinned ``use``
+    that two installed distributions provide resolves to the preferred one (a checkpoint's
+    [lock] says which distribution built each component).
+    """
     if registry is None:
         from blockspec.registry.loading import load_registry
 
         registry = load_registry()
-    return read_spec(data, RegistryResolver(registry), file=file, text=text)
+    return read_spec(data, RegistryResolver(registry, prefer=prefer), file=file, text=text)
+
+
+def ambiguity_warnings(registry: Registry) -> list[str]:
+    """One line per name that several distributions provide: specs must pin which one they mean."""
+    return [f"{kind} {name!r} is provided by {' and '.join(providers)}; a spec's unpinned use = {name!r} is "
+            f'ambiguous (pin one, e.g. use = "{providers[0]}:{name}"; checkpoints follow their [lock])'
+            for kind, name, providers in registry.ambiguous()]
 
 
 class RegistryResolver:
     """Answers the spec reader's ``use`` questions from a registry and the catalogue."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, *, prefer: Mapping[str, str] | None = None) -> None:
         self.registry = registry
+        self.prefer = dict(prefer or {})
 
     def names(self, kind: str) -> list[str]:
         return self.registry.names(kind)
@@ -57,6 +72,8 @@ class RegistryResolver:
         providers = self.registry.providers(kind, name)
         if distribution:
             providers = tuple(c for c in providers if c.distribution == distribution)
+        if len(providers) > 1 and not distribution and f"{kind}:{name}" in self.prefer:
+            return self._preferred(kind, name, providers, self.prefer[f"{kind}:{name}"])
         if len(providers) == 1:
             return providers[0]
         if len(providers) > 1:
@@ -64,6 +81,18 @@ class RegistryResolver:
             return Unresolved(message=f"{kind} {name!r} is provided by {both}",
                               hint=f'pin one, e.g. use = "{providers[0].qualified_name}"')
         return self._unknown(kind, name, distribution or None)
+
+    def _preferred(self, kind: str, name: str, providers: tuple[Component, ...],
+                   preferred: str) -> Component | Unresolved:
+        """The tie-break: the preferred distribution's component, or what to install to get it."""
+        wanted = normalize(preferred)
+        chosen = [c for c in providers if normalize(c.distribution) == wanted]
+        if len(chosen) == 1:
+            return chosen[0]
+        both = " and ".join(c.distribution for c in providers)
+        return Unresolved(message=f"{kind} {name!r} is provided by {both}, but was built by {preferred}, "
+                                  "which is not installed",
+                          hint=f"install the distribution {preferred}{install_hint(preferred)}", unknown=True)
 
     def _unknown(self, kind: str, name: str, distribution: str | None) -> Unresolved:
         provider = provider_of(kind, name)

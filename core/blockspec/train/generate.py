@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 import torch
 
@@ -21,28 +22,47 @@ def generate(
     top_k: int | None = None,
     seed: int | None = None,
     use_cache: bool = True,
+    overflow: Literal["slide", "error"] = "slide",
 ) -> torch.Tensor:
     """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
 
     ``temperature`` 0 is greedy decoding. The cache only saves work: cached and
     uncached decoding compute the same logits, so greedy outputs are identical.
+
+    A positional encoder with a bounded table (learned positions: ``max_positions`` =
+    context_length) cannot see past it. ``overflow="slide"`` (the default) then conditions
+    each step on the last ``max_positions`` tokens, as nanoGPT does: the cache serves while
+    the sequence fits, after which every step recomputes the cropped window without it (a
+    slid window starts at position 0, so cached keys would sit at the wrong positions).
+    ``overflow="error"`` refuses such a request up front with ContextLengthError. Unbounded
+    encoders (sinusoidal, RoPE: ``max_positions`` None) never slide: they keep the whole
+    sequence in the cache, past the training context, under either setting.
     """
-    _check_request(model, ids, max_new_tokens, temperature, top_k)
+    _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
+    window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
     with _eval_mode(model), torch.inference_mode():
         batch, n_prompt = ids.shape
-        cache = KVCache.for_model(model, batch_size=batch, max_length=n_prompt + max_new_tokens) if use_cache else None
-        tokens, step_input, start = ids, ids, 0
+        total = n_prompt + max_new_tokens
+        cached = use_cache and (window is None or n_prompt <= window)
+        length = total if window is None else min(total, window)
+        cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
+        tokens, step_input, start = ids, _cropped(ids, window), 0
         last_only = _positionwise_head(model)
         for _ in range(max_new_tokens):
             logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1]  # (B, |V|)
             token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
             tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
-            if cache is None:
-                step_input = tokens  # recompute the whole prefix
-            else:
+            if cache is not None and (window is None or tokens.shape[1] <= window):
                 step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
+            else:
+                cache, step_input, start = None, _cropped(tokens, window), 0  # recompute the (last) window
     return tokens
+
+
+def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
+    """The last ``window`` positions of (B, T) tokens; all of them when unbounded."""
+    return tokens if window is None else tokens[:, -window:]
 
 
 def sample(
@@ -59,20 +79,27 @@ def sample(
 
 
 def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-                   top_k: int | None) -> None:
-    """Refuse bad arguments, and positions a learned table cannot hold, before any kernel runs."""
+                   top_k: int | None, overflow: str) -> None:
+    """Refuse bad arguments, and (overflow="error") positions a learned table cannot hold, before any kernel runs."""
     if ids.ndim != 2 or ids.shape[1] == 0:
         raise ValueError(f"expected prompt ids of shape (B, N) with N >= 1, found {tuple(ids.shape)}")
     if max_new_tokens < 0 or temperature < 0 or (top_k is not None and top_k < 1):
         raise ValueError(f"expected max_new_tokens >= 0, temperature >= 0, top_k >= 1; found "
                          f"{max_new_tokens}, {temperature}, {top_k}")
+    if overflow not in ("slide", "error"):
+        raise ValueError(f"expected overflow 'slide' or 'error', found {overflow!r}")
     limit = model.positional.max_positions
-    end = ids.shape[1] + max_new_tokens
-    if limit is not None and end > limit:
+    n_prompt = ids.shape[1]
+    end = n_prompt + max_new_tokens
+    if overflow == "error" and limit is not None and end > limit:
+        room = limit - n_prompt
+        fix = (f"ask for at most {room} new tokens" if room > 0 else
+               f"the prompt is too long: shorten it to at most {limit - 1} tokens")
         raise ContextLengthError(
-            f"a prompt of {ids.shape[1]} tokens plus {max_new_tokens} new ones needs positions up to {end - 1}, "
+            f"a prompt of {n_prompt} tokens plus {max_new_tokens} new ones needs positions up to {end - 1}, "
             f"but {type(model.positional).__name__} holds positions 0..{limit - 1} (context_length = {limit}); "
-            f"ask for at most {max(limit - ids.shape[1], 0)} new tokens, or use sinusoidal/rope positions"
+            f"{fix}, let generation slide over the last {limit} tokens (overflow=\"slide\"), "
+            f"or use sinusoidal/rope positions"
         )
 
 
