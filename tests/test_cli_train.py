@@ -92,7 +92,7 @@ def test_generate_continues_the_prompt_and_the_cache_changes_nothing(files, caps
         assert len(capsys.readouterr().out) - 1 == 47
         assert main(["generate", str(files / "ckpt"), "--prompt", "LADY ", "--overflow", "error", "--temperature", "0",
                      "--json"]) == 0
-        assert last_json(capsys)["new_tokens"] == 27
+        assert json_out(capsys)["new_tokens"] == 27
 
 
 def test_errors_are_single_lines_with_the_fix(files, capsys):
