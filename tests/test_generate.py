@@ -203,3 +203,17 @@ def test_the_uncached_forward_still_compiles_without_graph_breaks(registry, posi
     ids = torch.randint(0, 29, (2, 16), generator=torch.Generator().manual_seed(3))
     compiled = torch.compile(model, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(ids), model(ids))
+
+
+def test_sampling_never_draws_an_id_the_tokenizer_cannot_decode(registry):
+    """A 50-character tokenizer on a larger embedding: every sampled id stays below 50."""
+    model = small_model(registry, "rope")
+    vocab = model.embedding.num_embeddings
+    limit = vocab - 7
+    bump = torch.zeros(vocab)
+    bump[limit:] = 50.0  # make the undecodable ids the likeliest by far
+    model.head.register_forward_hook(lambda module, inputs, logits: logits + bump)
+    ids = generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=40, temperature=2.0, seed=0, vocab_limit=limit)
+    assert int(ids[:, 3:].max()) < limit
+    unlimited = generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=40, temperature=2.0, seed=0)
+    assert int(unlimited[:, 3:].max()) >= limit  # without the limit they would be drawn

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     limit = model.positional.max_positions if args.overflow == "error" else None
     new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
     ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow)
+                   seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
+                   vocab_limit=tokenizer.vocab_size)
     text = tokenizer.decode(ids[0].tolist())
     if args.json:
         emit_json({"prompt": args.prompt, "text": text, "new_tokens": new_tokens})

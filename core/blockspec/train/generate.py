@@ -23,6 +23,7 @@ def generate(
     seed: int | None = None,
     use_cache: bool = True,
     overflow: Literal["slide", "error"] = "slide",
+    vocab_limit: int | None = None,
 ) -> torch.Tensor:
     """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
 
@@ -37,6 +38,10 @@ def generate(
     ``overflow="error"`` refuses such a request up front with ContextLengthError. Unbounded
     encoders (sinusoidal, RoPE: ``max_positions`` None) never slide: they keep the whole
     sequence in the cache, past the training context, under either setting.
+
+    ``vocab_limit`` samples only ids below it: a tokenizer can know fewer tokens than the
+    model's vocabulary (65 characters in a 128-entry embedding), and an id it cannot decode
+    must never be drawn.
     """
     _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
@@ -50,7 +55,7 @@ def generate(
         tokens, step_input, start = ids, _cropped(ids, window), 0
         last_only = _positionwise_head(model)
         for _ in range(max_new_tokens):
-            logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1]  # (B, |V|)
+            logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1, :vocab_limit]  # (B, |V|)
             token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
             tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
             if cache is not None and (window is None or tokens.shape[1] <= window):
