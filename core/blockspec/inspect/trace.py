@@ -116,7 +116,7 @@ def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
 
 def _listed(path: str, module: nn.Module) -> bool:
     """The items of a ModuleList (the blocks): no parent taps them by name, so a hook records the untapped."""
-    return False if not path else isinstance(module, nn.Module) and path.rsplit(".", 1)[-1].isdigit()
+    return path.rsplit(".", 1)[-1].isdigit()
 
 
 @frozen
