@@ -44,9 +44,12 @@ What is here:
   attention, ``forward(x, positional, start, cache=None)`` for attention.
 - ``KVCache`` and ``LayerCache``: an attention component's ``forward`` receives one layer's
   ``LayerCache`` (``cache.update(k, v, start)`` -> all keys and values so far) during decoding.
+- ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
+  ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
+  nanoseconds unless a trace is recording.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``) load on first use, so a plugin that touches them
+``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``) load on first use, so a plugin that touches them
 only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
 """
 
@@ -65,16 +68,19 @@ if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
     from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import PositionalEncoding
+    from blockspec.modules.taps import tap, tapping
 
 _TORCH_NAMES = {  # name -> the internal module that defines it; imported on first use
     "Activation": "blockspec.modules.activation",
     "PositionalEncoding": "blockspec.modules.positional",
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
+    "tap": "blockspec.modules.taps",
+    "tapping": "blockspec.modules.taps",
 }
 
 
-def __getattr__(name: str) -> type:
+def __getattr__(name: str) -> object:
     if name in _TORCH_NAMES:
         return getattr(import_module(_TORCH_NAMES[name]), name)
     raise AttributeError(f"module 'blockspec.plugin' has no attribute {name!r}")
@@ -102,4 +108,6 @@ __all__ = [
     "in_range",
     "one_of",
     "positive",
+    "tap",
+    "tapping",
 ]

@@ -1,6 +1,7 @@
 """Opt-in runtime checks: find the first module whose forward pass produced NaN or Inf.
 
-``with check_finite(model): model(ids)`` installs forward hooks on every submodule and wraps the
+``with check_finite(model): model(ids)`` installs forward hooks on every submodule (through
+``inspect.capture``, as ``trace`` and ``show`` do) and wraps the
 positional encoder's ``embed``/``rotate``/``score_bias`` (which run outside any module call); all
 of it is removed on exit, so a model outside the block runs exactly as before.
 """
@@ -8,13 +9,14 @@ of it is removed on exit, so a model outside the block runs exactly as before.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
 from blockspec.errors import NonFiniteError
+from blockspec.inspect.capture import capture, module_paths
 
 POSITIONAL_METHODS = ("embed", "rotate", "score_bias")
 
@@ -35,28 +37,24 @@ class _Watcher:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.paths = {id(m): path for path, m in model.named_modules()}
-        self.handles: list[Any] = []
+        self.paths = module_paths(model)
+        self.hooks = ExitStack()
         self.wrapped: list[tuple[nn.Module, str, Any]] = []
 
     def install(self) -> None:
-        for module in self.model.modules():
-            self.handles.append(module.register_forward_pre_hook(self._check_inputs))
-            self.handles.append(module.register_forward_hook(self._check_outputs))
+        self.hooks.enter_context(capture(self.model, inputs=self._check_inputs, outputs=self._check_outputs))
         positional = getattr(self.model, "positional", None)
         if isinstance(positional, nn.Module):
             for name in POSITIONAL_METHODS:
                 self._wrap(positional, name)
 
     def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+        self.hooks.close()
         for module, name, previous in reversed(self.wrapped):
             if previous is _ABSENT:
                 delattr(module, name)
             else:
                 setattr(module, name, previous)
-        self.handles.clear()
         self.wrapped.clear()
 
     def _wrap(self, module: nn.Module, name: str) -> None:
@@ -73,18 +71,17 @@ class _Watcher:
 
         object.__setattr__(module, name, checked)
 
-    def _check_inputs(self, module: nn.Module, args: tuple) -> None:
+    def _check_inputs(self, path: str, _module: nn.Module, args: tuple) -> None:
         found = _non_finite(args)
         if found is None:
             return
-        path = self.paths[id(module)]
         parent = path.rpartition(".")[0] if path else None
         culprit = "the model's input" if not path else f"code in {self.describe(parent)} between its submodules"
         raise NonFiniteError(f"{self.describe(path)} received {found} (made by {culprit})",
                              module_path=parent if path else None, spec_path=self.spec_path(parent or ""))
 
-    def _check_outputs(self, module: nn.Module, args: tuple, output: Any) -> None:
-        self._raise_if_bad(output, self.paths[id(module)], "", args)
+    def _check_outputs(self, path: str, _module: nn.Module, args: tuple, output: Any) -> None:
+        self._raise_if_bad(output, path, "", args)
 
     def _raise_if_bad(self, result: Any, path: str, call: str, args: tuple) -> None:
         found = _non_finite(result)

@@ -139,24 +139,19 @@ def component_tree(spec: ModelSpec, registry: Registry | None = None) -> TreeNod
 
 
 def _record_all_shapes(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
+    """Every submodule's output shape, from one forward pass on the meta device."""
     import torch
+
+    from blockspec.inspect.capture import capture
 
     shapes: dict[str, tuple[int, ...]] = {}
 
-    def record(path: str):
-        def hook(_module, _inputs, output) -> None:
-            if isinstance(output, torch.Tensor):
-                shapes[path] = tuple(output.shape)
+    def record(path: str, _module, _inputs, output) -> None:
+        if isinstance(output, torch.Tensor):
+            shapes[path] = tuple(output.shape)
 
-        return hook
-
-    handles = [m.register_forward_hook(record(path)) for path, m in model.named_modules() if path]
-    try:
-        with torch.no_grad():
-            model(torch.zeros(1, n_tokens, dtype=torch.long, device="meta"))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.no_grad(), capture(model, outputs=record, where=lambda path, _m: bool(path)):
+        model(torch.zeros(1, n_tokens, dtype=torch.long, device="meta"))
     return shapes
 
 

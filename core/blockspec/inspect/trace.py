@@ -1,18 +1,22 @@
 """Follow one input through an assembled model: every stage, named, with its shape and maker.
 
-The tracer walks the model itself, calling the model's own submodules in the order
-``Transformer.forward`` does (embedding, positional.embed, per block the norms,
-attn.project / weights / attend / proj, block.drop, ffn.up / act / down, final_norm,
-head). So it needs no hooks: nothing is left on the model and an untraced forward pass
-costs exactly what it did. Because it only uses the kind interfaces, third-party
-positional encoders, norms, activations and heads are traced like the built-in ones.
+The tracer runs the model's real ``forward`` once and records what its modules show
+through taps (``blockspec.modules.taps``): each ``tap(module, name, x)`` becomes the stage
+``<module path>.<name>``. Nothing is replayed, so the traced output is the model's output,
+and the stages are the tensors that forward pass computed.
+
+Rules, all generic (no class is special-cased):
+
+- A module's taps show only when every module above it taps too; a module that taps
+  nothing is one stage, taken from its parent's tap of it (``tap(self, "ffn", self.ffn(h))``)
+  or, for the items of a ModuleList (the blocks), from a forward hook.
+- A parent's tap of a child that has taps of its own is dropped: the child's inner
+  stages stand for it.
+- A stage's op text comes from the emitting class's ``tap_ops`` (``{child}`` is the
+  child's class name), its chapter section and component from names and provenance.
 
 Shapes: ``Stage.tensor`` keeps the batch dimension, ``Stage.shape`` drops it, so the
 shapes read as the chapter writes them ([N, d], [h, N, N], [N, |V|]).
-
-A block, attention or FFN class whose ``forward`` the tracer does not know (not
-PreNormBlock / PostNormBlock / CausalSelfAttention / FeedForward, or a subclass that
-overrides ``forward``) becomes one stage for the whole module, called as the model would.
 """
 
 from __future__ import annotations
@@ -21,16 +25,14 @@ import fnmatch
 import sys
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from attrs import field, frozen
 from torch import nn
 
 from blockspec.errors import BlockspecError
-from blockspec.modules.attention import CausalSelfAttention
-from blockspec.modules.blocks import PostNormBlock, PreNormBlock
-from blockspec.modules.feed_forward import FeedForward
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.inspect.capture import capture
 from blockspec.modules.transformer import Transformer
 
 POSITIONS = "7.1 positions"
@@ -42,7 +44,8 @@ MODEL = "7.6 the full model"
 SECTIONS = (POSITIONS, RESIDUAL, NORM, FFN, OUTPUT, MODEL)
 
 CORE = "blockspec"  # the distribution that supplies the embedding, FFN linears and residual adds
-_NO_POSITIONS = PositionalEncoding()  # identity on every hook: q, k before rotation
+POSITIONAL_TAPS = ("positional.encoding", "positional.embed", "q_rotated", "k_rotated", "score_bias")
+CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # never called: transparent between a module and its items
 
 
 class TraceError(BlockspecError, ValueError):
@@ -99,146 +102,158 @@ class Trace:
 
 
 def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
-    """Run ids (B, N) through ``model`` stage by stage; the output equals ``model(ids, start=start)``.
+    """Run ids (B, N) through ``model``'s own forward, recording its taps; the output is ``model(ids, start=start)``.
 
     Runs under ``torch.no_grad`` and leaves the model as it was (mode, parameters, hooks).
     """
-    if type(model).forward is not Transformer.forward:
-        raise TraceError(f"trace follows blockspec's Transformer.forward; {type(model).__name__} overrides it")
     if ids.dim() != 2:
         raise TraceError(f"ids: expected token ids of shape (B, N), found shape {tuple(ids.shape)}")
-    tracer = _Tracer(model)
-    with torch.no_grad():
-        tracer.run(ids, start)
-    return Trace(tuple(tracer.stages))
+    recorder = _Recorder(model)
+    with torch.no_grad(), capture(model, taps=recorder.tap, outputs=recorder.output, where=_listed):
+        output = model(ids, start=start)
+    return Trace(tuple(recorder.stages(output)))
 
 
-class _Tracer:
-    """Replays Transformer.forward one submodule call at a time, recording each result."""
+def _listed(path: str, module: nn.Module) -> bool:
+    """The items of a ModuleList (the blocks): no parent taps them by name, so a hook records the untapped."""
+    return path.rsplit(".", 1)[-1].isdigit()
 
-    def __init__(self, model: Transformer) -> None:
+
+@frozen
+class _Event:
+    path: str  # the module that showed the tensor
+    name: str | None  # the tap's name; None for a hooked module's own output
+    tensor: torch.Tensor
+
+
+class _Recorder:
+    """Collects taps and hooked outputs in forward order, then keeps those the rules show."""
+
+    def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.positional = model.positional
-        self.stages: list[Stage] = []
+        self.modules = dict(model.named_modules())
+        self.provenance: dict[str, Any] = getattr(model, "provenance", {}) or {}
+        self.events: list[_Event] = []
 
-    def add(self, name: str, tensor: torch.Tensor, op: str, section: str, source: str | None = CORE) -> torch.Tensor:
-        """Record a stage; ``source`` is a provenance path, CORE, or None when unknown."""
-        component = self.model.provenance.get(source) if source not in (None, CORE) else None
-        self.stages.append(Stage(
-            name=name, tensor=tensor.detach(), op=op, section=section,
-            component=f"{component.kind}:{component.name}" if component else None,
-            distribution=component.distribution if component else (CORE if source == CORE else None),
-        ))
-        return tensor
+    def tap(self, path: str, name: str, tensor: torch.Tensor) -> None:
+        self.events.append(_Event(path, name, tensor.detach()))
 
-    def run(self, ids: torch.Tensor, start: int) -> None:
-        model = self.model
-        self.positional.check_length(start + ids.shape[-1])
-        self.add("tokens", ids, "input token ids", MODEL)
-        x = self.add("embedding", model.embedding(ids), "E[ids]: rows of the token embedding", MODEL)
-        if self.positional.adds:
-            x = self.positions_added(x, start)
-        x = model.drop(x)
-        for index, block in enumerate(model.blocks):
-            x = self.block(f"blocks.{index}", block, x, start)
-        if not isinstance(model.final_norm, nn.Identity):
-            x = self.add("final_norm", model.final_norm(x), f"{_name(model.final_norm)}(x): final norm",
-                         NORM, "final_norm")
-        self.output(x)
+    def output(self, path: str, _module: nn.Module, _inputs: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            self.events.append(_Event(path, None, output.detach()))
 
-    def positions_added(self, x: torch.Tensor, start: int) -> torch.Tensor:
-        positional, kind = self.positional, _name(self.positional)
-        signal = positional.embed(torch.zeros_like(x[:1]), start)  # (1, N, d): what embed adds
-        self.add("positional.encoding", signal.expand_as(x), f"{kind}: p[pos], the position vectors",
-                 POSITIONS, "positional")
-        return self.add("positional.embed", positional.embed(x, start), f"{kind}: x + p[pos]",
-                        POSITIONS, "positional")
+    def stages(self, output: torch.Tensor) -> Iterator[Stage]:
+        emitters = {event.path for event in self.events if event.name is not None}
+        for event in self.events:
+            if self.shown(event, emitters):
+                yield self.stage(event)
+        yield from self.output_stages(output)
 
-    def output(self, x: torch.Tensor) -> None:
-        head = self.model.head
-        out = head(x)
-        is_lm = out.dim() == 3 and out.shape[-1] == self.model.embedding.num_embeddings
+    def shown(self, event: _Event, emitters: set[str]) -> bool:
+        """Every module above taps; a tap of a child that taps itself, or of an Identity, gives way."""
+        if not all(up in emitters for up in self.callers(event.path)):
+            return False
+        if event.name is None:
+            return event.path not in emitters
+        child = _join(event.path, event.name)
+        return child not in emitters and not isinstance(self.modules.get(child), nn.Identity)
+
+    def callers(self, path: str) -> list[str]:
+        """The modules above ``path`` that call it (containers skipped), from the model down."""
+        parts = path.split(".") if path else []
+        above = [".".join(parts[:end]) for end in range(len(parts))]
+        return [p for p in above if not isinstance(self.modules[p], CONTAINERS)]
+
+    def stage(self, event: _Event) -> Stage:
+        name = _join(event.path, event.name) if event.name is not None else event.path
+        source = self.source(event)
+        return Stage(name=name, tensor=event.tensor, op=self.op(event), section=self.section(event, name, source),
+                     **self.maker(source))
+
+    def source(self, event: _Event) -> str:
+        """The module path a stage is credited to: the positional encoder, a tapped child, or the emitter."""
+        if event.name in POSITIONAL_TAPS:
+            return "positional"
+        child = _join(event.path, event.name) if event.name is not None else None
+        if child in self.modules and (child in self.provenance or not _is_torch(self.modules[child])):
+            return child
+        return event.path
+
+    def maker(self, source: str) -> dict[str, str | None]:
+        component = self.provenance.get(source)
+        if component is not None:
+            return {"component": f"{component.kind}:{component.name}", "distribution": component.distribution}
+        module = self.modules.get(source)
+        return {"component": None, "distribution": CORE if module is not None and _is_core(module) else None}
+
+    def op(self, event: _Event) -> str:
+        module = self.modules[event.path]
+        if event.name is None:
+            return f"{_name(module)}: whole {_what(event.path)} (not traced inside)"
+        template = getattr(module, "tap_ops", {}).get(event.name, f"{_name(module)}: {event.name}")
+        positional = getattr(self.model, "positional", None)
+        fields = {"positional": _Named(positional)} if isinstance(positional, nn.Module) else {}
+        fields.update((n, _Named(c)) for n, c in module.named_children())
+        return template.format(**fields)
+
+    def section(self, event: _Event, name: str, source: str) -> str:
+        component = self.provenance.get(source)
+        if source == "positional":
+            return POSITIONS
+        if name.endswith("residual"):
+            return RESIDUAL
+        if component is not None and component.kind == "norm":
+            return NORM
+        return FFN if "ffn" in name.split(".") else MODEL
+
+    def output_stages(self, out: torch.Tensor) -> Iterator[Stage]:
+        """The model's return value: logits and next-token probabilities (or a head's output)."""
+        embedding = getattr(self.model, "embedding", None)
+        is_lm = out.dim() == 3 and embedding is not None and out.shape[-1] == embedding.num_embeddings
         name, what = ("logits", "logits over the vocabulary") if is_lm else ("head", "head output")
-        self.add(name, out, f"{_name(head)}(x): {what}", OUTPUT, "head")
-        self.add("probs", out.float().softmax(dim=-1), "softmax: next-token probabilities" if is_lm
-                 else "softmax over the head's outputs", OUTPUT)
+        head = self.modules.get("head", self.model)
+        yield Stage(name=name, tensor=out.detach(), op=f"{_name(head)}(x): {what}", section=OUTPUT, **self.maker("head"))
+        yield Stage(name="probs", tensor=out.float().softmax(dim=-1), section=OUTPUT, component=None,
+                    distribution=CORE, op="softmax: next-token probabilities" if is_lm
+                    else "softmax over the head's outputs")
 
-    def block(self, prefix: str, block: nn.Module, x: torch.Tensor, start: int) -> torch.Tensor:
-        forward = type(block).forward
-        if forward is PreNormBlock.forward:
-            return self.pre_norm(prefix, block, x, start)
-        if forward is PostNormBlock.forward:
-            return self.post_norm(prefix, block, x, start)
-        return self.add(prefix, block(x, self.positional, start), f"{_name(block)}: whole block (not traced inside)",
-                        MODEL, None)
 
-    def pre_norm(self, p: str, block: PreNormBlock, x: torch.Tensor, start: int) -> torch.Tensor:
-        """x + drop(attn(norm1(x))), then x + drop(ffn(norm2(x)))."""
-        h = self.add(f"{p}.norm1", block.norm1(x), f"{_name(block.norm1)}(x): attention input norm",
-                     NORM, f"{p}.norm1")
-        a = self.attention(f"{p}.attn", block.attn, h, start)
-        x = self.add(f"{p}.attn_residual", x + block.drop(a), "x + attn(norm1(x)): residual add", RESIDUAL)
-        h = self.add(f"{p}.norm2", block.norm2(x), f"{_name(block.norm2)}(x): FFN input norm", NORM, f"{p}.norm2")
-        f = self.ffn(f"{p}.ffn", block.ffn, h)
-        return self.add(f"{p}.ffn_residual", x + block.drop(f), "x + ffn(norm2(x)): residual add", RESIDUAL)
+class _Named:
+    """A module in an op template: prints as its class name, ``{up.out_features}`` reads its attributes."""
 
-    def post_norm(self, p: str, block: PostNormBlock, x: torch.Tensor, start: int) -> torch.Tensor:
-        """norm1(x + drop(attn(x))), then norm2(x + drop(ffn(x))): add & norm."""
-        a = self.attention(f"{p}.attn", block.attn, x, start)
-        s = self.add(f"{p}.attn_residual", x + block.drop(a), "x + attn(x): residual add", RESIDUAL)
-        x = self.add(f"{p}.norm1", block.norm1(s), f"{_name(block.norm1)}: add & norm after attention",
-                     NORM, f"{p}.norm1")
-        f = self.ffn(f"{p}.ffn", block.ffn, x)
-        s = self.add(f"{p}.ffn_residual", x + block.drop(f), "x + ffn(x): residual add", RESIDUAL)
-        return self.add(f"{p}.norm2", block.norm2(s), f"{_name(block.norm2)}: add & norm after the FFN",
-                        NORM, f"{p}.norm2")
+    def __init__(self, module: nn.Module) -> None:
+        self._module = module
 
-    def attention(self, p: str, attn: nn.Module, x: torch.Tensor, start: int) -> torch.Tensor:
-        if type(attn).forward is not CausalSelfAttention.forward:
-            return self.add(p, attn(x, self.positional, start), f"{_name(attn)}: whole attention (not traced inside)",
-                            MODEL, p)
-        q, k, v = attn.project(x, self.positional, start)
-        self.projections(p, attn, x, (q, k, v), start)
-        bias = self.positional.score_bias(q.shape[-2], k.shape[-2], start) if self.positional.biases else None
-        if bias is not None:
-            self.add(f"{p}.score_bias", _batched(bias, x.shape[0]), f"{_name(self.positional)}: score bias",
-                     POSITIONS, "positional")
-        self.add(f"{p}.weights", attn.weights(q, k, bias), "softmax(q·kᵀ/√hs + causal mask): weights per head",
-                 MODEL, p)
-        y = self.add(f"{p}.heads", attn.attend(q, k, v, bias), "weights @ v, per head (SDPA)", MODEL, p)
-        batch, n_tokens = x.shape[:2]
-        y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
-        return self.add(f"{p}.out", attn.proj(y), "proj(concat(heads)): attention output", MODEL, p)
+    def __str__(self) -> str:
+        return _name(self._module)
 
-    def projections(self, p: str, attn: CausalSelfAttention, x: torch.Tensor, qkv: tuple, start: int) -> None:
-        """q, k, v per head; for rotary encoders also q, k before rotation (an extra qkv, for display)."""
-        q, k, v = qkv
-        rotates = self.positional.rotates
-        plain_q, plain_k = attn.project(x, _NO_POSITIONS, start)[:2] if rotates else (q, k)
-        self.add(f"{p}.q", plain_q, "qkv(x): queries, split into heads", MODEL, p)
-        self.add(f"{p}.k", plain_k, "qkv(x): keys, split into kv heads", MODEL, p)
-        self.add(f"{p}.v", v, "qkv(x): values, split into kv heads", MODEL, p)
-        if rotates:
-            kind = _name(self.positional)
-            self.add(f"{p}.q_rotated", q, f"{kind}: q rotated by position", POSITIONS, "positional")
-            self.add(f"{p}.k_rotated", k, f"{kind}: k rotated by position", POSITIONS, "positional")
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
-    def ffn(self, p: str, ffn: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        if type(ffn).forward is not FeedForward.forward:
-            return self.add(p, ffn(x), f"{_name(ffn)}: whole FFN (not traced inside)", FFN, None)
-        u = self.add(f"{p}.up", ffn.up(x), f"up(x): d -> {ffn.up.out_features}", FFN)
-        h = self.add(f"{p}.act", ffn.act(u), f"{_name(ffn.act)}: FFN hidden", FFN, f"{p}.act")
-        return self.add(f"{p}.down", ffn.down(h), f"down(h): {ffn.down.in_features} -> d", FFN)
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._module, attribute)
 
 
 def _name(module: nn.Module) -> str:
     return type(module).__name__
 
 
-def _batched(bias: torch.Tensor, batch: int) -> torch.Tensor:
-    """A score bias (h, N, N) or broadcastable -> (B, h, N, N) view, so its shape reads like the others."""
-    bias = bias if bias.dim() == 4 else bias.reshape(1, *([1] * (3 - bias.dim())), *bias.shape)  # (1, h, N, N)
-    return bias.expand(batch, *bias.shape[1:])  # (B, h, N, N)
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _what(path: str) -> str:
+    """'block' for blocks.3, else 'module'."""
+    parent = path.rsplit(".", 2)[0] if path.count(".") else ""
+    return "block" if parent == "blocks" else "module"
+
+
+def _is_torch(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("torch.")
+
+
+def _is_core(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("blockspec.")
 
 
 class _CallableModule(types.ModuleType):

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
 from blockspec.modules.activation import Activation
+from blockspec.modules.taps import tap
 
 
 class FeedForward(nn.Module):
     """d -> d_ff (2*d_ff for gated activations) -> d_ff -> d, the same for every token."""
+
+    tap_ops: ClassVar[dict[str, str]] = {
+        "up": "up(x): d -> {up.out_features}",
+        "act": "{act}: FFN hidden",
+        "down": "down(h): {down.in_features} -> d",
+    }
 
     def __init__(self, *, d_model: int, d_ff: int, activation: Activation, bias: bool) -> None:
         super().__init__()
@@ -19,4 +28,5 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.act(self.up(x)))
+        h = tap(self, "act", self.act(tap(self, "up", self.up(x))))  # (B, N, d_ff)
+        return tap(self, "down", self.down(h))

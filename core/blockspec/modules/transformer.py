@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 from blockspec.modules.dropout import dropped
 from blockspec.modules.positional import PositionalEncoding
+from blockspec.modules.taps import tap, tapping
 
 if TYPE_CHECKING:
     from blockspec.modules.kv_cache import KVCache
@@ -19,6 +20,14 @@ if TYPE_CHECKING:
 
 class Transformer(nn.Module):
     """Token ids (B, N) -> head output; every tensor in between is (B, N, d_model)."""
+
+    tap_ops: ClassVar[dict[str, str]] = {
+        "tokens": "input token ids",
+        "embedding": "E[ids]: rows of the token embedding",
+        "positional.encoding": "{positional}: p[pos], the position vectors",
+        "positional.embed": "{positional}: x + p[pos]",
+        "final_norm": "{final_norm}(x): final norm",
+    }
 
     def __init__(
         self,
@@ -57,9 +66,11 @@ class Transformer(nn.Module):
         self.positional.check_length(start + ids.shape[-1])
         if cache is not None:
             cache.check_room(start, ids.shape[-1])
-        x = self.embedding(ids)  # (B, N, d)
+        x = tap(self, "embedding", self.embedding(tap(self, "tokens", ids)))  # (B, N, d)
         if self.positional.adds:
-            x = self.positional.embed(x, start)
+            if tapping():
+                tap(self, "positional.encoding", self.positional.embed(torch.zeros_like(x[:1]), start).expand_as(x))
+            x = tap(self, "positional.embed", self.positional.embed(x, start))
         x = dropped(self.drop, x)
         if cache is None:
             for block in self.blocks:
@@ -68,7 +79,7 @@ class Transformer(nn.Module):
             for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
                 x = block(x, self.positional, start, layer_cache)
             cache.length = start + ids.shape[-1]
-        x = self.final_norm(x)
+        x = tap(self, "final_norm", self.final_norm(x))
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.head(x)
