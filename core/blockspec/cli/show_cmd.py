@@ -7,7 +7,7 @@ import argparse
 import attrs
 
 from blockspec.interop.sources import load_spec_or_checkpoint
-from blockspec.inspect.summary import ModelSummary, ModuleRow, TreeNode, component_tree, summarize
+from blockspec.inspect.summary import ModelSummary, ModuleRow, TreeNode, component_tree, fold_blocks, summarize
 from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
 
 
@@ -42,25 +42,12 @@ def _as_json(summary: ModelSummary) -> dict:
 
 
 def _print(summary: ModelSummary) -> None:
-    rows = [_cells(row) for row in _collapse(summary.rows)]
+    rows = [_cells(row) for row in fold_blocks(summary.rows)]
     print(f"{summary.name}  (N = sequence length; batch dimension omitted)\n")
     print_table(("MODULE", "TYPE", "OUTPUT", "PARAMETERS", "COMPONENT", "DISTRIBUTION"), rows, right=(3,))
     print(f"\ntotal parameters      {summary.parameters:>15,}")
     error = (summary.parameters_estimate - summary.parameters) / summary.parameters if summary.parameters else 0.0
     print(f"12·L·d² + |V|·d       {summary.parameters_estimate:>15,}  ({error:+.2%} vs exact)")
-
-
-def _collapse(rows: tuple[ModuleRow, ...]) -> list[ModuleRow]:
-    """Show blocks.0 in full; the identical blocks after it as one row."""
-    blocks = [r for r in rows if r.path.startswith("blocks.") and r.depth == 0]
-    if len(blocks) <= 1:
-        return list(rows)
-    kept = [r for r in rows if not r.path.startswith("blocks.") or r.path.split(".")[1] == "0"]
-    rest = blocks[1:]
-    merged = attrs.evolve(rest[0], path=f"blocks.1-{len(blocks) - 1}", module=f"{rest[0].module} x{len(rest)}",
-                          parameters=sum(r.parameters for r in rest))
-    index = max(i for i, r in enumerate(kept) if r.path.startswith("blocks.0")) + 1
-    return kept[:index] + [merged] + kept[index:]
 
 
 def _cells(row: ModuleRow) -> tuple[str, ...]:

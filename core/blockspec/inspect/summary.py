@@ -5,11 +5,14 @@ Everything is measured on the meta device, so a 70B spec costs no memory.
 
 from __future__ import annotations
 
+import attrs
 from attrs import frozen
 
 from blockspec.assembly.counting import estimate_parameters
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec
+
+Shape = tuple[int | str, ...]  # a module's output shape, "N" (or "2N", "N+1") where it follows the length
 
 
 @frozen(kw_only=True)
@@ -35,16 +38,59 @@ def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary
     from blockspec.assembly.assemble import build
 
     model = build(spec, registry=registry, device="meta")
-    n_tokens = symbolic_length(spec)
-    shapes = _record_all_shapes(model, n_tokens)
-    rows = _rows(model, shapes, n_tokens)
+    shapes = _record_all_shapes(model, probe_lengths(spec))
+    rows = _rows(model, shapes)
     total = sum(p.numel() for p in model.parameters())
     return ModelSummary(name=spec.model.name, parameters=total,
                         parameters_estimate=estimate_parameters(spec.model), rows=tuple(rows))
 
 
+def fold_blocks(rows: tuple[ModuleRow, ...] | list[ModuleRow]) -> list[ModuleRow]:
+    """blocks.0 in full (with its children); each later run of blocks that repeat one another as one row.
+
+    A run of one block keeps its own path (``blocks.1``); a run of k > 1 reads ``blocks.1-3`` with the
+    module ``PreNormBlock x3`` and the run's parameters. The children of the folded blocks are left out.
+    """
+    blocks = [r for r in rows if r.path.startswith("blocks.") and r.depth == 0]
+    if len(blocks) <= 1:
+        return list(rows)
+    runs: list[list[ModuleRow]] = []
+    for block in blocks[1:]:
+        if runs and _same_block(runs[-1][0], block):
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    kept = [r for r in rows if not r.path.startswith("blocks.") or r.path.split(".")[1] == "0"]
+    index = max(i for i, r in enumerate(kept) if r.path.startswith("blocks.0")) + 1
+    return kept[:index] + [_folded(run) for run in runs] + kept[index:]
+
+
+def _same_block(a: ModuleRow, b: ModuleRow) -> bool:
+    return (a.module, a.shape, a.parameters, a.component, a.distribution) == \
+        (b.module, b.shape, b.parameters, b.component, b.distribution)
+
+
+def _folded(run: list[ModuleRow]) -> ModuleRow:
+    if len(run) == 1:
+        return run[0]
+    first, last = run[0].path.split(".")[1], run[-1].path.split(".")[1]
+    return attrs.evolve(run[0], path=f"blocks.{first}-{last}", module=f"{run[0].module} x{len(run)}",
+                        parameters=sum(r.parameters for r in run))
+
+
+def probe_lengths(spec: ModelSpec) -> tuple[int, ...]:
+    """Two sequence lengths to run the model at: a dimension is N exactly when it follows the length.
+
+    Comparing two probes, not one, is what keeps a width that happens to equal a probe length
+    (a qkv of 32 next to a context of 33) from printing as N. A context of 1 allows one probe only.
+    """
+    first = symbolic_length(spec)
+    others = [n for n in range(min(spec.model.context_length, 509), 0, -1) if n != first]
+    return (first, others[0]) if others else (first,)
+
+
 def symbolic_length(spec: ModelSpec) -> int:
-    """A sequence length that no model size equals, so it can be printed back as "N"."""
+    """A sequence length that no model size equals, so that a lone probe at it still reads back as "N"."""
     m = spec.model
     taken = {m.vocab_size, m.context_length, m.d_model, m.n_layers, m.n_heads, m.kv_heads,
              m.d_ff, 2 * m.d_ff, m.head_dim, 1}
@@ -55,8 +101,6 @@ def symbolic_length(spec: ModelSpec) -> int:
 
 
 def vars_of(config: object) -> list[object]:
-    import attrs
-
     return [getattr(config, a.name) for a in attrs.fields(type(config))]
 
 
@@ -73,7 +117,7 @@ def _listed(model) -> list[tuple[str, object, int]]:
     return listed
 
 
-def _rows(model, shapes: dict[str, tuple[int, ...]], n_tokens: int) -> list[ModuleRow]:
+def _rows(model, shapes: dict[str, Shape]) -> list[ModuleRow]:
     rows, owned = [], set()
     for path, module, depth in _listed(model):
         params = [p for p in module.parameters() if depth or id(p) not in owned]
@@ -82,7 +126,7 @@ def _rows(model, shapes: dict[str, tuple[int, ...]], n_tokens: int) -> list[Modu
         component = model.provenance.get(path) or model.provenance.get(f"{path}.act")  # ffn: its activation
         rows.append(ModuleRow(
             path=path, module=type(module).__name__, depth=depth,
-            shape=_shape_text(path, module, shapes, n_tokens),
+            shape=_shape_text(path, module, shapes),
             parameters=sum(p.numel() for p in params),
             component=f"{component.kind}:{component.name}" if component else None,
             distribution=component.distribution if component else None,
@@ -90,19 +134,19 @@ def _rows(model, shapes: dict[str, tuple[int, ...]], n_tokens: int) -> list[Modu
     return rows
 
 
-def _shape_text(path: str, module, shapes: dict[str, tuple[int, ...]], n_tokens: int) -> str:
+def _shape_text(path: str, module, shapes: dict[str, Shape]) -> str:
     if path == "positional":
         kinds = [w for w, on in (("added", module.adds), ("rotates q, k", module.rotates),
                                  ("score bias", module.biases)) if on]
         added = shapes.get("embedding")
-        text = _dims(added[1:], n_tokens) + " " if module.adds and added else ""
+        text = _dims(added[1:]) + " " if module.adds and added else ""
         return text + "(" + ", ".join(kinds or ["none"]) + ")"
     shape = shapes.get(path)
-    return _dims(shape[1:], n_tokens) if shape else "-"
+    return _dims(shape[1:]) if shape else "-"
 
 
-def _dims(dims: tuple[int, ...], n_tokens: int) -> str:
-    return " x ".join("N" if d == n_tokens else str(d) for d in dims)
+def _dims(dims: Shape) -> str:
+    return " x ".join(map(str, dims))
 
 
 # -- the component tree (`blockspec show --tree`) ------------------------------------------------------
@@ -132,14 +176,20 @@ def component_tree(spec: ModelSpec, registry: Registry | None = None) -> TreeNod
     from blockspec.assembly.assemble import build
 
     model = build(spec, registry=registry, device="meta")
-    n_tokens = symbolic_length(spec)
-    shapes = _record_all_shapes(model, n_tokens)
+    shapes = _record_all_shapes(model, probe_lengths(spec))
     owners = _parameter_owners(model)
-    return _node(model, "", model, shapes, owners, n_tokens)
+    return _node(model, "", model, shapes, owners)
 
 
-def _record_all_shapes(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
-    """Every submodule's output shape, from one forward pass on the meta device."""
+def _record_all_shapes(model, lengths: tuple[int, ...]) -> dict[str, Shape]:
+    """Every submodule's output shape, N where a dimension follows the sequence length (meta device)."""
+    probes = [_probe(model, n) for n in lengths]
+    return {path: _symbolic(shape, [p.get(path) for p in probes[1:]], lengths)
+            for path, shape in probes[0].items()}
+
+
+def _probe(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
+    """Every submodule's output shape, from one forward pass of n_tokens on the meta device."""
     import torch
 
     from blockspec.inspect.capture import capture
@@ -155,6 +205,27 @@ def _record_all_shapes(model, n_tokens: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _symbolic(shape: tuple[int, ...], others: list[tuple[int, ...] | None], lengths: tuple[int, ...]) -> Shape:
+    """One probe's shape with each dimension that follows the length written in N ("N", "2N", "N+1")."""
+    if not others:  # a single probe: only a dimension equal to its length can be N
+        return tuple("N" if d == lengths[0] else d for d in shape)
+    other, n, m = others[0], lengths[0], lengths[1]
+    if other is None or len(other) != len(shape):
+        return shape
+    return tuple(_in_n(d, e, n, m) for d, e in zip(shape, other))
+
+
+def _in_n(d: int, e: int, n: int, m: int) -> int | str:
+    """d at length n, e at length m: a number when it does not change, else d as a function of N."""
+    if d == e:
+        return d
+    if d * m == e * n and d % n == 0:
+        return "N" if d == n else f"{d // n}N"
+    if d - n == e - m:
+        return f"N{d - n:+d}"
+    return "N?"  # follows the length, but not as k·N or N+c
+
+
 def _parameter_owners(model) -> dict[int, tuple[str, int]]:
     """id(parameter) -> (the module path that owns it first, its size)."""
     owners: dict[int, tuple[str, int]] = {}
@@ -164,9 +235,9 @@ def _parameter_owners(model) -> dict[int, tuple[str, int]]:
     return owners
 
 
-def _node(model, path: str, module, shapes, owners, n_tokens: int) -> TreeNode:
+def _node(model, path: str, module, shapes, owners) -> TreeNode:
     children = tuple(
-        _node(model, f"{path}.{name}" if path else name, child, shapes, owners, n_tokens)
+        _node(model, f"{path}.{name}" if path else name, child, shapes, owners)
         for name, child in module.named_children() if type(child).__name__ != "Dropout"
     )
     owned = sum(size for owner, size in owners.values() if _within(owner, path))
@@ -175,7 +246,7 @@ def _node(model, path: str, module, shapes, owners, n_tokens: int) -> TreeNode:
     component = model.provenance.get(path)
     return TreeNode(
         path=path, module=type(module).__name__, parameters=owned, tied=tied, children=children,
-        shape=_shape_text(path, module, shapes, n_tokens) if path else _model_shape(shapes, n_tokens),
+        shape=_shape_text(path, module, shapes) if path else _model_shape(shapes),
         component=f"{component.kind}:{component.name}" if component else None,
         distribution=component.distribution if component else None,
         version=component.version if component else None,
@@ -190,6 +261,6 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _model_shape(shapes: dict[str, tuple[int, ...]], n_tokens: int) -> str:
+def _model_shape(shapes: dict[str, Shape]) -> str:
     head = shapes.get("head")
-    return _dims(head[1:], n_tokens) if head else "-"
+    return _dims(head[1:]) if head else "-"
