@@ -9,6 +9,8 @@ import pytest
 
 from blockspec.cli import main
 
+from ..plugin_dists import FAULTS, InstalledDists, write_distribution
+
 
 def test_a_passing_component_prints_its_row_and_exits_0(capsys):
     code = main(["verify", "--component", "norm:rmsnorm", "--max-examples", "3"])
@@ -59,3 +61,29 @@ def test_without_hypothesis_verify_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(builtins, "__import__", no_hypothesis)
     assert main(["verify"]) == 2
     assert "pip install 'blockspec[testing]'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_policy_env(monkeypatch):
+    for name in ("BLOCKSPEC_PLUGINS", "BLOCKSPEC_REGISTRY", "BLOCKSPEC_STRICT_PLUGINS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_quarantined_distribution_is_named_with_its_cause(tmp_path, capsys, no_policy_env):
+    write_distribution(tmp_path, "zzz-broken-norms", "0.3.0", "broken_norms_for_verify", FAULTS["runtime_error"][0])
+    with InstalledDists(tmp_path):
+        code = main(["verify", "--distribution", "zzz-broken-norms"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("blockspec: error: --distribution"))
+    assert "zzz-broken-norms" in line and "quarantined" in line and "RuntimeError: boom at import" in line
+    assert "no registered component comes from" not in line
+
+
+def test_a_distribution_the_load_policy_left_out_says_so(capsys, no_policy_env, monkeypatch):
+    monkeypatch.setenv("BLOCKSPEC_PLUGINS", "blockspec-norms")
+    assert main(["verify", "--distribution", "blockspec-heads"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blockspec: error: --distribution: ")
+    assert "blockspec-heads" in err and "not loaded: not in BLOCKSPEC_PLUGINS" in err
+    assert "no registered component comes from" not in err

@@ -58,9 +58,14 @@ def _require_kit() -> None:
 
 
 def _check_selection(registry: Registry, distribution: str | None, component: str | None) -> None:
-    """Nothing selected is a usage error with the choices, never an empty success."""
+    """Nothing selected is a usage error with the choices (or why the plugin is not loaded), never an empty success."""
     distributions = sorted({c.distribution for c in registry})
     if distribution is not None and distribution not in distributions:
+        from blockspec.testing.runner import not_loaded
+
+        why = not_loaded(registry, distribution)
+        if why is not None:  # "plugin X 1.0 quarantined: <cause>" / "plugin X 1.0 not loaded: <policy>"
+            raise VerifyUsageError(f"--distribution: {distribution!r} registers no component to verify: {why}")
         raise VerifyUsageError(f"--distribution: no registered component comes from {distribution!r}; "
                                f"registered: {', '.join(distributions)}")
     if component is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ from attrs import frozen
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.reporting import with_reporter
 
-from blockspec.registry.components import Component, Registry
+from blockspec.registry.components import Component, Quarantine, Registry, Skipped
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable, PropertyFailure
 from blockspec.testing.harness import one_thread
@@ -46,6 +47,18 @@ def select(registry: Registry, *, distribution: str | None = None, component: st
     kind, _, name = (component or "").partition(":")
     return [c for c in registry
             if distribution in (None, c.distribution) and (component is None or (c.kind, c.name) == (kind, name))]
+
+
+def not_loaded(registry: Registry, distribution: str) -> Quarantine | Skipped | None:
+    """Why ``distribution`` registered nothing, when it is installed: quarantined (with the cause) or
+    left out by the load policy; None for a name no installed plugin has. Names compare as pip does."""
+    wanted = _normalized(distribution)
+    return next((entry for entry in (*registry.quarantined, *registry.skipped)
+                 if _normalized(entry.distribution) == wanted), None)
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def verify(components: Iterable[Component], *, max_examples: int | None = None, device: str = "cpu",
