@@ -13,7 +13,8 @@ from torch import nn
 
 import blockspec
 from blockspec.modules.positional import PositionalEncoding
-from blockspec.inspect.trace import MODEL, NORM, POSITIONS, RESIDUAL, TraceError, trace
+from blockspec.inspect.plots import SECTION_COLOURS
+from blockspec.inspect.trace import MODEL, NORM, POSITIONS, RESIDUAL, TraceError, section_label, trace
 
 SMALL = {"name": "small", "vocab_size": 40, "context_length": 16, "d_model": 16, "n_layers": 2,
          "n_heads": 4, "d_ff": 24, "bias": True, "norm_placement": "pre", "dropout": 0.0}
@@ -293,3 +294,37 @@ def test_blockspec_trace_is_callable_before_and_after_import(registry):
     module = importlib.import_module("blockspec.inspect.trace")
     assert blockspec.trace is module and module(model, ids).names() == trace(model, ids).names()
     assert blockspec.Trace is module.Trace and blockspec.Stage is module.Stage
+
+
+# -- section labels and op texts say what the model has -------------------------------------------------
+
+
+def test_a_norm_section_names_the_norm_unless_it_is_the_chapters_layernorm(example_spec, registry):
+    layernorm = trace(blockspec.build(example_spec("tiny-shakespeare"), registry=registry, seed=0).eval(), ids_of(3))
+    assert {layernorm[n].section for n in ("blocks.0.norm1", "blocks.1.norm2", "final_norm")} == {"7.3 LayerNorm"}
+    rms = trace(small_model(registry, positional={"use": "rope"}, norm={"use": "rmsnorm"}), ids_of(4))
+    assert {rms[n].section for n in ("blocks.0.norm1", "blocks.1.norm2", "final_norm")} == {"7.3 norm (rmsnorm)"}
+    # the sections whose titles name no one component stay as the chapter titles them
+    assert {s.section for s in rms} == {"7.1 positions", "7.2 residual", "7.3 norm (rmsnorm)", "7.4 FFN",
+                                        "7.5 output layer", "7.6 the full model"}
+    assert rms["blocks.0.norm1"].chapter == "7.3" and rms["blocks.0.attn_residual"].chapter == "7.2"
+    assert all(stage.chapter in SECTION_COLOURS for stage in rms)  # the overview plot colours by number
+
+
+def test_section_labels_follow_one_rule():
+    assert section_label(NORM, "norm:layernorm") == "7.3 LayerNorm"
+    assert section_label(NORM, "norm:scalenorm") == "7.3 norm (scalenorm)"
+    assert section_label(POSITIONS, "positional:rope") == POSITIONS  # "positions" names no one encoder
+    assert section_label(RESIDUAL, None) == RESIDUAL
+
+
+def test_attention_weights_op_says_when_a_score_bias_was_added(registry):
+    from blockspec_extras.alibi import alibi_slopes  # noqa: F401  (blockspec-extras is installed)
+
+    alibi = trace(small_model(registry, positional={"use": "alibi"}), ids_of(5))
+    assert alibi["blocks.0.attn.weights"].op.startswith("softmax(q·kᵀ/√hs + bias + mask)")
+    assert alibi["blocks.0.attn.score_bias"].component == "positional:alibi"
+    assert alibi["blocks.0.attn.score_bias"].distribution == "blockspec-extras"
+    learned = trace(small_model(registry), ids_of(5))
+    assert learned["blocks.0.attn.weights"].op.startswith("softmax(q·kᵀ/√hs + mask)")
+    assert "bias" not in learned["blocks.0.attn.weights"].op

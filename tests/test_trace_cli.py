@@ -36,6 +36,7 @@ def test_json_lists_every_stage_with_n_5(capsys):
     assert stages["blocks.0.ffn.act"]["shape"] == [5, 256]
     assert stages["logits"]["shape"] == stages["probs"]["shape"] == [5, 65]
     assert stages["blocks.0.norm1"]["section"] == "7.3 LayerNorm"
+    assert stages["blocks.0.attn.weights"]["op"].startswith("softmax(q·kᵀ/√hs + mask)")
     assert data["weights"].startswith("random (seed 0")
     assert len(data["next_token"]) == 5
 
@@ -164,3 +165,17 @@ def test_plots_without_matplotlib_say_how_to_install(capsys, tmp_path, monkeypat
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     code, _, err = run_cli(capsys, "trace", TINY, "--ids", "1", "--plot", str(tmp_path / "t.png"))
     assert code == 2 and err.startswith("blockspec: error: --plot: ") and "pip install 'blockspec[plot]'" in err
+
+
+def test_json_sections_name_the_norm_and_weights_name_the_score_bias(capsys, tmp_path):
+    spec = tmp_path / "alibi-rms.toml"
+    spec.write_text((SPECS / "tiny-shakespeare.toml").read_text(encoding="utf-8")
+                    .replace('use = "learned"', 'use = "alibi"').replace('use = "layernorm"', 'use = "rmsnorm"'),
+                    encoding="utf-8")
+    code, out, _ = run_cli(capsys, "trace", str(spec), "--ids", "1,2,3", "--json")
+    assert code == 0
+    stages = {s["name"]: s for s in json.loads(out)["stages"]}
+    assert set(stages["final_norm"]) == {"name", "shape", "op", "component", "distribution", "section"}
+    assert stages["blocks.0.norm1"]["section"] == stages["final_norm"]["section"] == "7.3 norm (rmsnorm)"
+    assert stages["blocks.1.attn.weights"]["op"].startswith("softmax(q·kᵀ/√hs + bias + mask)")
+    assert stages["blocks.1.attn.score_bias"]["section"] == "7.1 positions"

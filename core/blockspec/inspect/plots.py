@@ -18,7 +18,9 @@ from blockspec.inspect.trace import SECTIONS, Trace
 
 MAX_POSITIONS_SHOWN = 256
 ANNOTATE_UP_TO = 8  # write the value in each attention cell when N is at most this
-SECTION_COLOURS = dict(zip(SECTIONS, ("tab:purple", "tab:green", "tab:orange", "tab:red", "tab:brown", "tab:blue")))
+# by section number: a section's label names the model's component ("7.3 norm (rmsnorm)"), its colour does not change
+SECTION_COLOURS = dict(zip((s.split(" ", 1)[0] for s in SECTIONS),
+                           ("tab:purple", "tab:green", "tab:orange", "tab:red", "tab:brown", "tab:blue")))
 
 
 class MissingDependencyError(BlockspecError, ImportError):
@@ -149,7 +151,7 @@ def plot_overview(plt, trace: Trace, out: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xticks(range(len(stages)), [f"{s.name} {list(s.shape)}" for s in stages], rotation=90, fontsize=6)
     for tick, stage in zip(ax.get_xticklabels(), stages):
-        tick.set_color(SECTION_COLOURS.get(stage.section, "black"))
+        tick.set_color(SECTION_COLOURS.get(stage.chapter, "black"))
     ax.set_xlabel("stage (colour: chapter section)")
     ax.set_ylabel("RMS of the stage's values (log scale)")
     ax.set_title(f"Stage overview: {len(stages)} stages, one line per token")
@@ -168,10 +170,15 @@ def _section_legend(ax, sections: list[str], n_tokens: int) -> None:
     from matplotlib.patches import Patch
 
     handles, labels = ax.get_legend_handles_labels()
-    shown = [s for s in SECTIONS if s in sections]
-    handles += [Patch(color=SECTION_COLOURS[s]) for s in shown]
+    order = list(SECTION_COLOURS)
+    shown = sorted(set(sections), key=lambda s: (order.index(_number(s)) if _number(s) in order else len(order), s))
+    handles += [Patch(color=SECTION_COLOURS.get(_number(s), "black")) for s in shown]
     labels += shown
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _number(section: str) -> str:
+    return section.split(" ", 1)[0]
 
 
 def _save(plt, fig, path: Path) -> Path:

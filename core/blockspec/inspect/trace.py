@@ -14,6 +14,9 @@ Rules, all generic (no class is special-cased):
   stages stand for it.
 - A stage's op text comes from the emitting class's ``tap_ops`` (``{child}`` is the
   child's class name), its chapter section and component from names and provenance.
+- A section reads as the chapter titles it ("7.3 LayerNorm"), unless its title names one
+  component and the stage's is another: then the section number, the kind and the
+  component the model has ("7.3 norm (rmsnorm)"). See ``section_label``.
 
 Shapes: ``Stage.tensor`` keeps the batch dimension, ``Stage.shape`` drops it, so the
 shapes read as the chapter writes them ([N, d], [h, N, N], [N, |V|]).
@@ -42,6 +45,7 @@ FFN = "7.4 FFN"
 OUTPUT = "7.5 output layer"
 MODEL = "7.6 the full model"
 SECTIONS = (POSITIONS, RESIDUAL, NORM, FFN, OUTPUT, MODEL)
+TITLED = {NORM: "norm:layernorm"}  # the sections whose title names one component: the component it names
 
 CORE = "blockspec"  # the distribution that supplies the embedding, FFN linears and residual adds
 POSITIONAL_TAPS = ("positional.encoding", "positional.embed", "q_rotated", "k_rotated", "score_bias")
@@ -61,7 +65,12 @@ class Stage:
     op: str  # the operation that made it
     component: str | None = None  # "kind:name" of the registry component, None for core modules
     distribution: str | None = None  # who supplied it ("blockspec" for the core)
-    section: str = MODEL  # the chapter section that teaches it
+    section: str = MODEL  # the chapter section that teaches it, naming the actual component (section_label)
+
+    @property
+    def chapter(self) -> str:
+        """The chapter section's number alone: "7.3"."""
+        return self.section.split(" ", 1)[0]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -112,6 +121,20 @@ def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
     with torch.no_grad(), capture(model, taps=recorder.tap, outputs=recorder.output, where=_listed):
         output = model(ids, start=start)
     return Trace(tuple(recorder.stages(output)))
+
+
+def section_label(section: str, component: str | None) -> str:
+    """``section`` (one of SECTIONS) as a stage made by ``component`` ("kind:name") shows it.
+
+    The chapter's title, unless the title names one component and the stage's is another:
+    ``section_label(NORM, "norm:rmsnorm") == "7.3 norm (rmsnorm)"``. Titles that name no one
+    component ("7.1 positions", "7.4 FFN", ...) fit every component and stay as they are.
+    """
+    titled = TITLED.get(section)
+    if titled is None or component is None or component == titled:
+        return section
+    kind, _, name = component.partition(":")
+    return f"{section.split(' ', 1)[0]} {kind} ({name})"
 
 
 def _listed(path: str, module: nn.Module) -> bool:
@@ -192,7 +215,10 @@ class _Recorder:
             return f"{_name(module)}: whole {_what(event.path)} (not traced inside)"
         template = getattr(module, "tap_ops", {}).get(event.name, f"{_name(module)}: {event.name}")
         positional = getattr(self.model, "positional", None)
-        fields = {"positional": _Named(positional)} if isinstance(positional, nn.Module) else {}
+        fields = {"score_bias": ""}
+        if isinstance(positional, nn.Module):
+            fields["positional"] = _Named(positional)
+            fields["score_bias"] = " + bias" if getattr(positional, "biases", False) else ""
         fields.update((n, _Named(c)) for n, c in module.named_children())
         return template.format(**fields)
 
@@ -203,7 +229,7 @@ class _Recorder:
         if name.endswith("residual"):
             return RESIDUAL
         if component is not None and component.kind == "norm":
-            return NORM
+            return section_label(NORM, f"{component.kind}:{component.name}")
         return FFN if "ffn" in name.split(".") else MODEL
 
     def output_stages(self, out: torch.Tensor) -> Iterator[Stage]:

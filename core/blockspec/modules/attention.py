@@ -27,7 +27,7 @@ class CausalSelfAttention(nn.Module):
         "q_rotated": "{positional}: q rotated by position",
         "k_rotated": "{positional}: k rotated by position",
         "score_bias": "{positional}: score bias",
-        "weights": "softmax(q·kᵀ/√hs + causal mask): weights per head",
+        "weights": "softmax(q·kᵀ/√hs{score_bias} + mask): weights per head, causally masked",
         "heads": "weights @ v, per head (SDPA)",
         "out": "proj(concat(heads)): attention output",
     }
