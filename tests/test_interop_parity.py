@@ -58,7 +58,7 @@ def ids_for(model) -> torch.Tensor:
 
 def logits(model, ids) -> torch.Tensor:
     with torch.no_grad():
-        out = model(ids)
+        out = model.eval()(ids)  # blockspec's models, like HF's configs here, may have dropout
     return out.logits if hasattr(out, "logits") else out
 
 

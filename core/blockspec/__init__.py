@@ -17,11 +17,13 @@ from blockspec.errors import (
     BlockspecError,
     CheckpointError,
     ContextLengthError,
+    InputError,
     NonFiniteError,
     PluginError,
     Problem,
     RegistrationError,
     SpecError,
+    TokenIdError,
     UnknownComponentError,
 )
 from blockspec.registry.hookspecs import API_VERSION, hookimpl, hookspec
@@ -36,7 +38,8 @@ if TYPE_CHECKING:
     from blockspec.assembly.context import BuildContext
     from blockspec.inspect import debug
     from blockspec.assembly.assemble import build
-    from blockspec.checkpoint.directory import load, save
+    from blockspec.checkpoint.directory import save
+    from blockspec.interop.sources import load
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
     from blockspec.modules.transformer import Transformer
@@ -46,7 +49,7 @@ _LAZY_MODULES = {"debug": "blockspec.inspect.debug"}  # submodules that import t
 _LAZY = {
     "BuildContext": "blockspec.assembly.context",
     "build": "blockspec.assembly.assemble",
-    "load": "blockspec.checkpoint.directory",
+    "load": "blockspec.interop.sources",  # any source with weights: a checkpoint or a Hugging Face directory
     "save": "blockspec.checkpoint.directory",
     "count_parameters": "blockspec.assembly.counting",
     "estimate_parameters": "blockspec.assembly.counting",
@@ -78,6 +81,7 @@ __all__ = [
     "Component",
     "ComponentSpec",
     "ContextLengthError",
+    "InputError",
     "KVCache",
     "ModelConfig",
     "ModelSpec",
@@ -89,6 +93,7 @@ __all__ = [
     "Registry",
     "SpecError",
     "Stage",
+    "TokenIdError",
     "TokenizerError",
     "Trace",
     "TraceError",

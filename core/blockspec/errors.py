@@ -67,6 +67,14 @@ class ContextLengthError(BlockspecError, IndexError):
     """A position lies past what the positional encoder can represent."""
 
 
+class InputError(BlockspecError, ValueError):
+    """A model was called with input it cannot take: token ids of the wrong shape."""
+
+
+class TokenIdError(InputError, IndexError):
+    """A token id lies outside the model's vocabulary (negative, or >= vocab_size)."""
+
+
 class NonFiniteError(BlockspecError, FloatingPointError):
     """A forward pass produced NaN or Inf (raised only inside ``blockspec.debug.check_finite``).
 

@@ -31,7 +31,11 @@ def build(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> Transformer:
-    """Assemble the model a spec describes; same seed, same weights."""
+    """Assemble the model a spec describes; same seed, same weights.
+
+    In training mode, as PyTorch constructs every module (and as ``load`` returns one):
+    call ``.eval()`` before inference if the spec has dropout.
+    """
     return _construct(spec, registry, seed, device, dtype, initialise=True)
 
 

@@ -134,7 +134,10 @@ def load(
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
 ) -> Transformer:
-    """Verify and load a checkpoint written by ``save``; the model comes back in eval mode.
+    """Verify and load a checkpoint written by ``save``.
+
+    The model comes back in training mode, as ``build`` returns it and as PyTorch builds every
+    module: ``.eval()`` before inference. (``blockspec.load`` also reads Hugging Face directories.)
 
     Every file the manifest lists must be there with its recorded size, except the training
     files (``TRAINING_FILES``: optimizer state and history, which generation does not need),
@@ -149,7 +152,7 @@ def load(
     spec = _read_spec(directory, manifest, registry)
     model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
     model = model.to(dtype=dtype) if dtype is not None else model
-    return (model.to(device) if device is not None else model).eval()
+    return model.to(device) if device is not None else model
 
 
 def _without_absent_training_files(directory: Path, manifest: Manifest) -> Manifest:
@@ -206,12 +209,22 @@ def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> Model
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: not a valid spec: {type(error).__name__}: {error}") from None
-    tables, lock = split_lock(document, str(path))
-    check_lock(lock, registry, str(path))
     try:
-        spec = structure_spec(tables, registry, file=str(path), prefer=preferences(lock))
+        return locked_spec(document, registry, file=str(path))
     except SpecError as error:
         raise CheckpointError(str(error)) from None
+
+
+def locked_spec(document: dict[str, Any], registry: Registry, *, file: str, text: str | None = None) -> ModelSpec:
+    """A parsed spec.toml with an optional [lock] table -> the spec, read as the lock says.
+
+    The lock is checked against ``registry`` first (a missing component is a CheckpointError,
+    another version a warning); then the spec's tables are structured (SpecError) with ties
+    broken, and pinned, as the lock records. Used for checkpoints and for a spec.toml on its own.
+    """
+    tables, lock = split_lock(document, file)
+    check_lock(lock, registry, file)
+    spec = structure_spec(tables, registry, file=file, text=text, prefer=preferences(lock))
     return _pinned_where_ambiguous(spec, registry, lock)
 
 

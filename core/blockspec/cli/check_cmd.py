@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from blockspec.registry.specs import load_spec
 from blockspec.assembly.counting import count_parameters
-from blockspec.errors import Problem, SpecError
+from blockspec.errors import BlockspecError, Problem, SpecError
+from blockspec.interop.sources import load_spec_or_checkpoint
 from blockspec.cli.common import add_json_argument, emit_json, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("check", help="validate spec files")
-    parser.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec files")
+    parser.add_argument("specs", nargs="+", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     add_json_argument(parser, "a JSON array, one object per spec: file, ok, name, parameters, problems")
     parser.set_defaults(run=run)
 
@@ -23,13 +23,14 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for path in args.specs:
         try:
-            spec = load_spec(path, registry)
+            spec = load_spec_or_checkpoint(path, registry)
             count = count_parameters(spec, registry)
-        except SpecError as error:
-            for problem in error.problems:  # stderr either way: --json keeps stdout for the report
-                print(f"blockspec: error: {problem}", file=sys.stderr)
+        except BlockspecError as error:  # a spec's problems, or a checkpoint's (a lock naming a missing plugin)
+            problems = error.problems if isinstance(error, SpecError) else (Problem(file=str(path), message=str(error)),)
+            for line in (map(str, problems) if isinstance(error, SpecError) else str(error).splitlines()):
+                print(f"blockspec: error: {line}", file=sys.stderr)  # stderr either way: --json keeps stdout
             reports.append({"file": str(path), "ok": False, "name": None, "parameters": None,
-                            "problems": [_problem_json(p) for p in error.problems]})
+                            "problems": [_problem_json(p) for p in problems]})
             continue
         reports.append({"file": str(path), "ok": True, "name": spec.model.name, "parameters": count.exact,
                         "problems": []})

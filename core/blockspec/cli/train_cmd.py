@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-from blockspec.registry.specs import load_spec
 from blockspec.spec.convert import spec_to_dict
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.outputs import check_writable_target, same_path
@@ -25,7 +24,8 @@ FLAGS = {**{f"{name}:": f"--{name.replace('_', '-')}:" for name in SETTINGS},
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("train", help="train a spec on a text file (character level)")
-    parser.add_argument("spec", metavar="SPEC", help="TOML spec file")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file; a checkpoint or Hugging Face directory "
+                        "to fine-tune from its weights (and its tokenizer, if it has one)")
     parser.add_argument("--data", required=True, metavar="FILE", help="UTF-8 text; first 90%% train, last 10%% validation")
     parser.add_argument("--steps", type=non_negative_int, metavar="N",
                         help="train up to step N in total (default 600)")
@@ -80,7 +80,8 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.resume and args.out is None:
         args.out = args.resume
     if args.out:
-        inputs = [args.spec, args.data, None if resuming_in_place else args.resume]
+        spec_is_resumed = resuming_in_place and same_path(args.spec, args.resume)  # train CKPT --resume CKPT
+        inputs = [None if spec_is_resumed else args.spec, args.data, None if resuming_in_place else args.resume]
         check_writable_target(args.out, kind="checkpoint", overwrite=args.force or resuming_in_place, inputs=inputs)
     if args.plot:
         check_plot_file(args.plot)
@@ -94,20 +95,32 @@ def _train(args: argparse.Namespace, world) -> int:
     from blockspec.train.checkpointing import load_checkpoint
     from blockspec.train.data import CharDataset
     from blockspec.train.loop import Trainer
+    from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
-    spec = load_spec(args.spec, registry)
+    spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
     resume = load_checkpoint(args.resume, registry) if args.resume else None
     if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
         raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "
                               "pass the spec it was trained from")
-    data = CharDataset.from_file(args.data, resume.tokenizer if resume else None)
+    kind = source_kind(args.spec)
+    weights = kind != "spec" and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
+    tokenizer = resume.tokenizer if resume else _tokenizer_of(args.spec) if kind == "checkpoint" else None
+    data = CharDataset.from_file(args.data, tokenizer)
     data.check_fits(spec.model.vocab_size, spec.model.context_length)
     config = _config(args, resume)
-    model = build(spec, registry=registry, seed=config.seed)
+    model = load_model(args.spec, registry) if weights else build(spec, registry=registry, seed=config.seed)
     _set_threads(args.threads, model, world)
     trainer = Trainer(model, data, config, world=world, strategy="fsdp" if args.fsdp else "ddp", resume=resume)
     return _Session(args, trainer).run()
+
+
+def _tokenizer_of(source: str):
+    """A training checkpoint's tokenizer, so fine-tuning keeps what each id means; else None (from the text)."""
+    from blockspec.checkpoint.directory import read_checkpoint_manifest
+    from blockspec.train.checkpointing import TOKENIZER_FILE, read_tokenizer
+
+    return read_tokenizer(source) if TOKENIZER_FILE in read_checkpoint_manifest(source).files else None
 
 
 def _quiet_registry():

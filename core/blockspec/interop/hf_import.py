@@ -28,7 +28,7 @@ def import_hf(
     """Read a local Hugging Face model directory (GPT-2 or Llama family) as a blockspec model.
 
     The spec comes from config.json; the weights from model.safetensors (a pickle only with
-    ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in eval mode.
+    ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in training mode.
     """
     from blockspec.assembly.assemble import build_unfilled
     from blockspec.registry.loading import load_registry
@@ -45,7 +45,7 @@ def import_hf(
         model = build_unfilled(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
         _fill(model, rules, lambda name: source.read(names[name]))
     model = model.to(dtype=dtype) if dtype is not None else model
-    return model.eval()
+    return model  # training mode, like every model blockspec builds or loads
 
 
 def spec_from_hf(directory: Path, registry: Registry) -> tuple[ModelSpec, Family]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
+from blockspec.errors import InputError, TokenIdError
 from blockspec.modules.dropout import dropped
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.modules.taps import tap, tapping
@@ -62,10 +63,17 @@ class Transformer(nn.Module):
         ``last_only`` applies the head to the last position alone, (B, 1, |V|): what sampling
         needs, and for a long prompt the head is a large share of the work. Only for heads
         that work position by position (those that promise "lm").
+
+        ``ids`` must be 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
+        as in nanoGPT (no silent reshaping: the output's shape always follows the input's).
+        An id outside 0..|V|-1 is a ``TokenIdError`` (also an ``IndexError``) naming it; the
+        check is one fused min/max reduction (aminmax), skipped while torch.compile traces.
         """
+        self._check_shape(ids)
         self.positional.check_length(start + ids.shape[-1])
         if cache is not None:
             cache.check_room(start, ids.shape[-1])
+        self._check_ids(ids)  # after the checks that need no kernel
         x = tap(self, "embedding", self.embedding(tap(self, "tokens", ids)))  # (B, N, d)
         if self.positional.adds:
             if tapping():
@@ -83,3 +91,19 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.head(x)
+
+    @staticmethod
+    def _check_shape(ids: torch.Tensor) -> None:
+        if ids.dim() != 2:
+            hint = "; add a batch dimension: ids[None]" if ids.dim() == 1 else ""
+            raise InputError(f"expected token ids of shape (B, N), found {tuple(ids.shape)}{hint}")
+
+    def _check_ids(self, ids: torch.Tensor) -> None:
+        if torch.compiler.is_compiling() or ids.is_meta or ids.numel() == 0:
+            return  # compiled graphs stay whole; meta tensors hold no values
+        vocab_size = self.embedding.num_embeddings
+        low, high = (value.item() for value in torch.aminmax(ids))  # one fused reduction; ~3 µs on a CPU
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise TokenIdError(f"token id {bad} is outside the vocabulary: ids must lie in 0..{vocab_size - 1} "
+                               f"(vocab_size {vocab_size})")

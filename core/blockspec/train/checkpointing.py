@@ -176,7 +176,7 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
 
 def load_model(path: str | Path, registry: Registry | None = None, *,
                device: str | torch.device = "cpu") -> tuple[Transformer, CharTokenizer]:
-    """The trained model (eval mode) and its tokenizer; the optimizer's files are not read."""
+    """The trained model (training mode, as `load` returns it) and its tokenizer; the optimizer's files are not read."""
     return load(path, registry=registry, device=device), read_tokenizer(path)
 
 
