@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import sys
 from collections.abc import Sequence
@@ -46,17 +47,47 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
 
 
+REGISTRY_HELP = f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})"
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="blockspec",
         description="Compose PyTorch transformers from TOML specs, out of plugin components.",
     )
-    parser.add_argument("--registry", metavar="FILE",
-                        help=f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="print blockspec's, Python's and torch's versions and exit")
+    parser.add_argument("--registry", metavar="FILE", help=REGISTRY_HELP)
+    # the same --registry after the subcommand; SUPPRESS: absent there, it leaves the value given before it
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--registry", metavar="FILE", default=argparse.SUPPRESS, help=REGISTRY_HELP)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                       parser_class=_subparser_with([shared]))
     for command in COMMANDS:
         command.add_parser(subparsers)
     return parser
+
+
+def _subparser_with(parents: list[argparse.ArgumentParser]):
+    """The subcommands' parser class: a _Parser that also takes the options every command shares."""
+
+    def make(**kwargs) -> _Parser:
+        return _Parser(**{**kwargs, "parents": [*kwargs.get("parents", ()), *parents]})
+
+    return make
+
+
+def version_line() -> str:
+    """``blockspec --version``: read from the installed metadata, so torch is never imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(distribution: str) -> str:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"blockspec {of('blockspec')} (Python {platform.python_version()}, torch {of('torch')})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as error:
         print(f"blockspec: error: {error} (see {error.prog} --help)", file=sys.stderr)
         return 2
+    except SystemExit as done:  # --help, --version: printed; a return code, not an exception, for callers of main
+        return done.code if isinstance(done.code, int) else 0
     try:
         with registry_file_override(args.registry):
             return args.run(args)
