@@ -93,10 +93,11 @@ def _train(args: argparse.Namespace, world) -> int:
     from blockspec.assembly.assemble import build
     from blockspec.train.checkpointing import load_checkpoint
     from blockspec.train.data import CharDataset
-    from blockspec.train.loop import Trainer
+    from blockspec.train.loop import Trainer, check_lm_head
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
     spec = load_spec(args.spec, registry)
+    check_lm_head(registry.get("head", spec.head.name, spec.head.distribution), source=args.spec)
     resume = load_checkpoint(args.resume, registry) if args.resume else None
     if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
         raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "
