@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from blockspec.registry.specs import load_spec
 from blockspec.assembly.counting import count_parameters
 from blockspec.errors import Problem, SpecError
-from blockspec.cli.common import add_json_argument, emit_json, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_error, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
@@ -27,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
             count = count_parameters(spec, registry)
         except SpecError as error:
             for problem in error.problems:  # stderr either way: --json keeps stdout for the report
-                print(f"blockspec: error: {problem}", file=sys.stderr)
+                print_error(problem)
             reports.append({"file": str(path), "ok": False, "name": None, "parameters": None,
                             "problems": [_problem_json(p) for p in error.problems]})
             continue

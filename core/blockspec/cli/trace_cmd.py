@@ -11,7 +11,7 @@ from attrs import frozen
 
 from blockspec.errors import BlockspecError
 from blockspec.train.tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
-from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, add_plot_argument, any_int,
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_int, print_table,
                                   registry_with_warnings, resolve_device)
 
@@ -46,7 +46,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
     parser.add_argument("--weights", metavar="FILE", help="safetensors weights, or a blockspec checkpoint "
                         "directory of the same model; default: random, from --seed")
-    parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="seed of the random weights (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="seed of the random weights (default 0)")
     add_device_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="input text (characters for a 65-token vocabulary, else UTF-8 bytes)")

@@ -12,9 +12,10 @@ from blockspec.registry.specs import load_spec
 from blockspec.spec.convert import spec_to_dict
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.outputs import check_writable_target, same_path
-from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, any_int,
+from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
-                                  positive_float, positive_int, registry_with_warnings, resolve_device)
+                                  memory_limit, positive_float, positive_int, registry_with_warnings,
+                                  resolve_device, thread_count)
 
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
@@ -33,7 +34,7 @@ def add_parser(subparsers) -> None:
                         help="windows per step over all processes (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
     parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
-    parser.add_argument("--seed", type=any_int, metavar="S", help="seed for weights and batches (default 0)")
+    parser.add_argument("--seed", type=seed_int, metavar="S", help="seed for weights and batches (default 0)")
     parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
                         help="validate every K steps; 0: at the end (default 100)")
     parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
@@ -46,7 +47,7 @@ def add_parser(subparsers) -> None:
     add_device_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
-    parser.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads per process (default: 1 for "
+    parser.add_argument("--threads", type=thread_count, metavar="N", help="CPU threads per process (default: 1 for "
                         "models under 5M parameters, else torch's default)")
     add_json_argument(parser, "a JSON summary at the end, and no progress bar or evaluation lines")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     world = init_world(device.type if device.index is None else str(device))  # cuda: this rank's GPU
     finished = False
     try:
-        with flag_names(FLAGS):
+        with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"):
             code = _train(args, world)
         finished = True
         return code

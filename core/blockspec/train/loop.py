@@ -19,7 +19,7 @@ from attrs import field, frozen
 from blockspec.errors import BlockspecError, FieldError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
-from blockspec.spec.validators import at_least, greater_than, positive
+from blockspec.spec.validators import at_least, greater_than, in_range, positive
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.train.data import CharDataset, batch_seed
 from blockspec.train.distributed import Strategy, World, wrap
@@ -35,7 +35,7 @@ class TrainConfig:
     lr: float = field(default=3e-3, validator=greater_than(0.0))
     weight_decay: float = field(default=0.0, validator=at_least(0.0))
     grad_clip: float | None = 1.0
-    seed: int = 0
+    seed: int = field(default=0, validator=in_range(-(2**63), 2**64))  # what torch.manual_seed takes
     eval_every: int = field(default=100, validator=at_least(0))  # 0: only at the end
     eval_batches: int = field(default=20, validator=positive)
 
