@@ -108,6 +108,33 @@ def test_explore_out_an_existing_folder_is_one_line(capsys, assets, tmp_path):
     assert line.startswith("--out: ") and "refusing to write over the input" in line
 
 
+HUGE = "99999999999999999999999"
+
+
+@pytest.mark.parametrize(("argv", "start"), [
+    (["trace", TINY, "--ids", "1", "--seed", HUGE], "--seed: expected an integer from"),
+    (["generate", "{ckpt}", "--prompt", "to", "--seed", HUGE], "--seed: expected an integer from"),
+    (["train", "{spec}", "--data", "{data}", "--seed", HUGE], "--seed: expected an integer from"),
+    (["train", "{spec}", "--data", "{data}", "--threads", HUGE], "--threads: expected an integer from 1 to 1024"),
+    (["generate", "{ckpt}", "--prompt", "to", "--max-new-tokens", HUGE], "--max-new-tokens: expected an integer"),
+    (["train", "{spec}", "--data", "{data}", "--steps", "1", "--batch-size", "10" * 7], "out of memory"),
+    (["generate", "{char}", "--prompt", "to", "--overflow", "error", "--max-new-tokens", "80"], "a prompt of 2"),
+    (["explore", TINY, "--ids", "1", "--out=--"], "--out: expected one value, found '--'"),
+    (["show", "a\x00b"], "'a\\x00b': contains a NUL character"),
+    (["check", "sp\nec.toml"], "sp"),
+])
+def test_what_the_sweep_found_is_one_line(capsys, assets, argv, start):
+    fill = {"spec": assets.spec, "data": assets.data, "ckpt": assets.ckpt, "char": assets.char_ckpt}
+    argv = [str(a).format(**fill) for a in argv]
+    code, _, err = run(capsys, *argv, *(["--device", "cpu"] if argv[0] in ("trace", "generate", "train") else []))
+    if argv[0] == "check":  # a line break in a file name: every line still carries the prefix
+        assert code == 2 and all(line.startswith("blockspec: error: ") for line in err.splitlines()), err
+        return
+    line = one_error(code, err)
+    assert line.startswith(start), line
+    assert "overflow=" not in line  # the generate flag, not the library parameter
+
+
 # -- finding 12: small things ----------------------------------------------------------------------------
 
 
