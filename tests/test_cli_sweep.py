@@ -18,6 +18,7 @@ batch, generation at most a few tokens (after the library has checked the real r
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -165,10 +166,23 @@ def check_contract(argv: list[str], code: int, err: str) -> None:
 
 @pytest.mark.parametrize("command", sorted(subcommands()))
 def test_every_command_line_is_answered_within_the_contract(command, assets, cheap, capsys):
-    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None)
+    _sweep(command, assets, capsys)  # the profile's number of examples (dev 20, ci 40)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_many_more_command_lines(command, assets, cheap, capsys, request):
+    if "slow" not in (request.config.option.markexpr or "") and os.environ.get("BLOCKSPEC_SLOW", "") in ("", "0"):
+        pytest.skip("slow: run with -m slow or BLOCKSPEC_SLOW=1")
+    _sweep(command, assets, capsys, max_examples=300)
+
+
+def _sweep(command: str, assets, capsys, **limits) -> None:
+    @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], deadline=None, **limits)
     @given(data=st.data())
     def sweep(data):
-        with tempfile.TemporaryDirectory() as scratch:
+        with tempfile.TemporaryDirectory() as scratch, pytest.MonkeyPatch.context() as patch:
+            patch.chdir(scratch)  # a relative value ("to", "-1") given as --out lands here, not in the checkout
             paths = _scratch_paths(Path(scratch))
             argv = data.draw(command_lines(command, assets, paths), label="argv")
             code = main(argv)
