@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import sys
 from collections.abc import Sequence
 
 from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
 from blockspec.errors import BlockspecError
+from blockspec.cli.common import print_error
 from blockspec.cli import (
     check_cmd,
     doctor_cmd,
@@ -46,31 +48,83 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
 
 
+REGISTRY_HELP = f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})"
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="blockspec",
         description="Compose PyTorch transformers from TOML specs, out of plugin components.",
     )
-    parser.add_argument("--registry", metavar="FILE",
-                        help=f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="print blockspec's, Python's and torch's versions and exit")
+    parser.add_argument("--registry", metavar="FILE", help=REGISTRY_HELP)
+    # the same --registry after the subcommand; SUPPRESS: absent there, it leaves the value given before it
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--registry", metavar="FILE", default=argparse.SUPPRESS, help=REGISTRY_HELP)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                       parser_class=_subparser_with([shared]))
     for command in COMMANDS:
         command.add_parser(subparsers)
     return parser
 
 
+def _subparser_with(parents: list[argparse.ArgumentParser]):
+    """The subcommands' parser class: a _Parser that also takes the options every command shares."""
+
+    def make(**kwargs) -> _Parser:
+        return _Parser(**{**kwargs, "parents": [*kwargs.get("parents", ()), *parents]})
+
+    return make
+
+
+def version_line() -> str:
+    """``blockspec --version``: read from the installed metadata, so torch is never imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(distribution: str) -> str:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"blockspec {of('blockspec')} (Python {platform.python_version()}, torch {of('torch')})"
+
+
+def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for option in action.choices[args.command]._actions:
+        if option.option_strings and option.nargs is None and isinstance(getattr(args, option.dest, None), list):
+            return option.option_strings[-1]
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = make_parser()
     try:
-        args = make_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except _UsageError as error:
         print(f"blockspec: error: {error} (see {error.prog} --help)", file=sys.stderr)
+        return 2
+    except SystemExit as done:  # --help, --version: printed; a return code, not an exception, for callers of main
+        return done.code if isinstance(done.code, int) else 0
+    unparsed = _swallowed_values(parser, args)
+    if unparsed is not None:
+        print(f"blockspec: error: {unparsed}: expected one value, found '--' (see blockspec {args.command} --help)",
+              file=sys.stderr)
+        return 2
+    nul = next((v for v in vars(args).values() for v in (v if isinstance(v, list) else [v])
+                if isinstance(v, str) and "\x00" in v), None)
+    if nul is not None:  # the OS refuses such a path with a ValueError; say it here, once, for every command
+        print(f"blockspec: error: {nul!r:.80}: contains a NUL character, which no path or value may hold",
+              file=sys.stderr)
         return 2
     try:
         with registry_file_override(args.registry):
             return args.run(args)
     except BlockspecError as error:
-        for line in str(error).splitlines():
-            print(f"blockspec: error: {line}", file=sys.stderr)
+        print_error(error)
         return 2
     except KeyboardInterrupt:
         print("blockspec: interrupted", file=sys.stderr)

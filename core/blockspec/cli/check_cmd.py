@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from blockspec.assembly.counting import count_parameters
 from blockspec.errors import BlockspecError, Problem, SpecError
 from blockspec.interop.sources import load_spec_or_checkpoint
-from blockspec.cli.common import add_json_argument, emit_json, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_error, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
@@ -27,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
             count = count_parameters(spec, registry)
         except BlockspecError as error:  # a spec's problems, or a checkpoint's (a lock naming a missing plugin)
             problems = error.problems if isinstance(error, SpecError) else (Problem(file=str(path), message=str(error)),)
-            for line in (map(str, problems) if isinstance(error, SpecError) else str(error).splitlines()):
-                print(f"blockspec: error: {line}", file=sys.stderr)  # stderr either way: --json keeps stdout
+            for problem in problems:  # stderr either way: --json keeps stdout for the report
+                print_error(problem)
             reports.append({"file": str(path), "ok": False, "name": None, "parameters": None,
                             "problems": [_problem_json(p) for p in problems]})
             continue

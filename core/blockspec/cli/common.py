@@ -43,6 +43,13 @@ def registry_with_warnings(*, probe: bool | None = None) -> Registry:
     return registry
 
 
+def print_error(message: object) -> None:
+    """An error on stderr, every line prefixed: a report of several located problems keeps one per line,
+    and a line break inside a value (a file name) cannot start a line without the prefix."""
+    for line in str(message).splitlines() or [""]:
+        print(f"blockspec: error: {line}", file=sys.stderr)
+
+
 # -- output ------------------------------------------------------------------------------------------------
 
 
@@ -88,11 +95,37 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def any_int(text: str) -> int:
-    """Any integer (a seed)."""
+SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
+MAX_THREADS = 1024
+
+
+def seed_int(text: str) -> int:
+    """A seed torch accepts: an integer from -2**63 to 2**64 - 1."""
     value = _int(text)
-    if value is None:
-        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}")
+    if value is None or not SEEDS[0] <= value <= SEEDS[1]:
+        raise argparse.ArgumentTypeError(f"expected an integer from {SEEDS[0]} to {SEEDS[1]}, found {text!r:.40}")
+    return value
+
+
+any_int = seed_int  # the old name: every integer flag that took any integer was a seed
+
+
+MAX_NEW_TOKENS = 1_000_000
+
+
+def new_token_count(text: str) -> int:
+    """0 .. MAX_NEW_TOKENS: more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache."""
+    value = _int(text)
+    if value is None or not 0 <= value <= MAX_NEW_TOKENS:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_NEW_TOKENS:_}, found {text!r:.40}")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """1 .. MAX_THREADS: torch's thread pools take no more (and a larger one only oversubscribes)."""
+    value = _int(text)
+    if value is None or not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_THREADS}, found {text!r:.40}")
     return value
 
 
@@ -196,6 +229,26 @@ def check_plot_file(path: str | None) -> Path | None:
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'blockspec[plot]'")
     return target
+
+
+# -- out of memory -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def memory_limit(flags: str) -> Iterator[None]:
+    """An allocation the machine cannot make (CPU or GPU) is a value the user chose too large: one line
+    naming the ``flags`` that size it, not an internal error."""
+    try:
+        yield
+    except MemoryError:
+        raise UsageError(f"out of memory; use smaller {flags}") from None
+    except RuntimeError as error:  # torch.OutOfMemoryError (GPU) and the CPU allocator's failure are RuntimeErrors
+        text = str(error)
+        if "out of memory" not in text.lower() and "can't allocate memory" not in text:
+            raise
+        asked = re.search(r"tried to allocate ([\d.]+ ?[KMGTP]?i?B|\d+ bytes)", text)
+        detail = f" (tried to allocate {asked[1]})" if asked else ""
+        raise UsageError(f"out of memory{detail}; use smaller {flags}") from None
 
 
 # -- library errors name parameters; the command line names flags ----------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import add_json_argument, emit_json
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.errors import CheckpointError
+from blockspec.cli.common import UsageError, add_json_argument, emit_json
 from blockspec.cli.trace_cmd import add_model_arguments, input_tensor, label_of, prepare
 
 
@@ -21,12 +23,20 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.explore.page import write_page
     from blockspec.inspect.trace import trace
 
+    # the page replaces a file of that name (as before), never a folder, an input or an unwritable place
+    try:
+        check_writable_target(args.out, kind="file", overwrite=True, inputs=[args.spec, args.weights])
+    except CheckpointError as error:
+        raise UsageError(f"--out: {error}") from None
     prepared = prepare(args)
     result = trace(prepared.model, input_tensor(prepared))
     data = explorer_data(prepared.model, result, ids=prepared.ids, weights=prepared.weights,
                          label_of=lambda i: label_of(prepared.tokenizer, i),
                          tokenizer=prepared.tokenizer.describe() if prepared.tokenizer else None)
-    path = write_page(data, args.out)
+    try:
+        path = write_page(data, args.out)
+    except OSError as error:
+        raise UsageError(f"--out: {args.out}: cannot write the page: {error.strerror or error}") from None
     size = path.stat().st_size
     if args.json:
         emit_json({"page": str(path), "bytes": size, "stages": len(result), "model": prepared.model.spec.model.name,

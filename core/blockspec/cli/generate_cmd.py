@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, any_int, emit_json, flag_names,
-                                  non_negative_float, non_negative_int, positive_int, registry_with_warnings,
-                                  resolve_device)
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, emit_json, flag_names,
+                                  memory_limit, new_token_count, non_negative_float, positive_int,
+                                  registry_with_warnings, resolve_device, seed_int)
 
 DEFAULT_NEW_TOKENS = 200
-FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those"}
+FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those",
+         'overflow="slide"': "--overflow slide"}
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a trained checkpoint")
     parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out`")
     parser.add_argument("--prompt", required=True, metavar="TEXT", help="text to continue")
-    parser.add_argument("--max-new-tokens", type=non_negative_int, metavar="N", help="characters to add (default: "
+    parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="characters to add (default: "
                         "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
                         help="0: greedy (default 0.8)")
     parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest characters")
-    parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length characters "
                         "(slide, the default) or refuse (error)")
@@ -45,9 +46,10 @@ def run(args: argparse.Namespace) -> int:
     prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=device)  # (1, N)
     limit = model.positional.max_positions if args.overflow == "error" else None
     new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
-    ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                   vocab_limit=tokenizer.vocab_size)
+    with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
+        ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
+                       seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
+                       vocab_limit=tokenizer.vocab_size)
     text = tokenizer.decode(ids[0].tolist())
     if args.json:
         emit_json({"prompt": args.prompt, "text": text, "new_tokens": new_tokens})

@@ -11,16 +11,25 @@ from attrs import frozen
 
 from blockspec.errors import BlockspecError
 from blockspec.train.tokenizer import CharTokenizer, TokenizerError, parse_ids, tokenizer_for
-from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, add_plot_argument, any_int,
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_int, print_table,
                                   registry_with_warnings, resolve_device)
 
 TOP_K = 5
+CHAPTER = ("SECTION: 7.1-7.6 are the sections of chapter 7, \"Transformer Architecture\", which follows one token "
+           "through a transformer: the chapter behind blockspec (docs/chapter-claims.md)")
 FLAGS = {"ids:": "--ids:", "token ids instead of text": "token ids with --ids instead of --text"}
+# trace and explore have no --allow-pickle: a pickled Hugging Face model goes through import-hf, which has
+PICKLE = {"opt in with allow_pickle=True to read it with torch.load(weights_only=True)":
+          "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
+          "and pass CKPT as SPEC"}
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("trace", help="follow one input through the model, stage by stage")
+    parser = subparsers.add_parser("trace", help="follow one input through the model, stage by stage",
+                                   description="Follow one input through the model, stage by stage: each stage's "
+                                               "shape, operation, component and chapter section.",
+                                   epilog=CHAPTER + ".")
     add_model_arguments(parser)
     parser.add_argument("--stage", metavar="PATTERN",
                         help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values")
@@ -35,8 +44,9 @@ def add_parser(subparsers) -> None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """SPEC, --weights, --seed, --device and the input; shared with `blockspec explore`."""
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file, checkpoint or Hugging Face directory")
-    parser.add_argument("--weights", metavar="FILE", help="safetensors weights; default: random, from --seed")
-    parser.add_argument("--seed", type=any_int, default=0, metavar="S", help="seed of the random weights (default 0)")
+    parser.add_argument("--weights", metavar="FILE", help="safetensors weights, or a blockspec checkpoint "
+                        "directory of the same model; default: random, from --seed")
+    parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="seed of the random weights (default 0)")
     add_device_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="input text (characters for a 65-token vocabulary, else UTF-8 bytes)")
@@ -65,16 +75,67 @@ def prepare(args: argparse.Namespace) -> Prepared:
     with flag_names(FLAGS):
         ids, tokenizer = _input_ids(args, spec.model.vocab_size)  # before the build: bad input fails fast
     has_weights = source_kind(args.spec) != "spec"
-    if args.weights:
+    if args.weights and source_kind_of_weights(args.weights) == "checkpoint":
+        model = _checkpoint_weights(args.weights, spec, registry)
+    elif args.weights:
         model = build_unfilled(spec, registry=registry)  # the file fills every tensor, or load_weights refuses it
+        _refuse_hugging_face_file(args.weights, model)
         load_weights(model, args.weights)
     else:
-        model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
+        with flag_names(PICKLE):
+            model = load_model(args.spec, registry) if has_weights else build(spec, seed=args.seed)
     model.to(device).eval()
     labels = [label_of(tokenizer, i) for i in ids]
     weights = args.weights or (str(args.spec) if has_weights else
                                f"random (seed {args.seed}; pass --weights FILE for trained ones)")
     return Prepared(model=model, ids=ids, labels=labels, tokenizer=tokenizer, weights=weights)
+
+
+def source_kind_of_weights(path: str) -> str:
+    """'checkpoint' for a blockspec checkpoint directory, 'file' for anything else (load_weights judges it)."""
+    from blockspec.interop.sources import MANIFEST
+
+    return "checkpoint" if Path(path).is_dir() and (Path(path) / MANIFEST).is_file() else "file"
+
+
+def _checkpoint_weights(path: str, spec, registry):
+    """``--weights CKPT``: what a user who trained CKPT from SPEC means; its weights through the verified
+    loader (manifest sizes and digests), accepted when CKPT's model is SPEC's (the name aside)."""
+    from blockspec.checkpoint.directory import load
+    from blockspec.spec.convert import spec_to_dict
+
+    model = load(path, registry=registry)
+
+    def shape(of) -> dict:
+        document = spec_to_dict(of)
+        document.get("model", {}).pop("name", None)
+        return document
+
+    if shape(model.spec) != shape(spec):
+        raise UsageError(f"--weights: {path} is a checkpoint of {model.spec.model.name!r}, a different model "
+                         f"than SPEC's {spec.model.name!r}; trace the checkpoint itself: blockspec trace {path} ...")
+    return model
+
+
+def _refuse_hugging_face_file(path: str, model) -> None:
+    """A Hugging Face weights file names its tensors its own way: one line that says so, not one per tensor."""
+    import re
+
+    from blockspec.checkpoint.safetensors_file import read_header
+    from blockspec.errors import CheckpointError
+    from blockspec.interop.families import FAMILIES
+
+    try:
+        names = list(read_header(Path(path)).entries) if Path(path).is_file() else []
+    except CheckpointError:
+        return  # not readable: load_weights says how
+    if not names or set(names) & set(model.state_dict()):
+        return
+    for family in FAMILIES:
+        if any(re.match(family.layer_index, family.normalize_name(name)) for name in names):
+            raise UsageError(f"--weights: {path} is a Hugging Face {family.title} weights file (tensor names like "
+                             f"{sorted(names)[0]!r}); pass its folder, with its config.json, as SPEC, or turn "
+                             "it into a checkpoint with blockspec import-hf FOLDER --out CKPT")
 
 
 def _input_ids(args: argparse.Namespace, vocab_size: int):
@@ -200,6 +261,7 @@ def _print(prepared: Prepared, stages, top, plots, *, with_values: bool) -> None
     print(f"input: {''.join(prepared.labels)!r} -> ids {prepared.ids}  ({how}; N = {n_tokens}, batch 1 omitted)\n")
     rows = [(s.name, " x ".join(map(str, s.shape)), s.op, _provider(s), s.section) for s in stages]
     print_table(("STAGE", "SHAPE", "OP", "COMPONENT", "SECTION"), rows)
+    print(f"\n{CHAPTER}")
     if with_values:
         _print_values(stages)
     if top:

@@ -11,9 +11,10 @@ from pathlib import Path
 from blockspec.spec.convert import spec_to_dict
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.outputs import check_writable_target, same_path
-from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, any_int,
+from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
-                                  positive_float, positive_int, registry_with_warnings, resolve_device)
+                                  memory_limit, positive_float, positive_int, registry_with_warnings,
+                                  resolve_device, thread_count)
 
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
@@ -33,7 +34,7 @@ def add_parser(subparsers) -> None:
                         help="windows per step over all processes (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
     parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
-    parser.add_argument("--seed", type=any_int, metavar="S", help="seed for weights and batches (default 0)")
+    parser.add_argument("--seed", type=seed_int, metavar="S", help="seed for weights and batches (default 0)")
     parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
                         help="validate every K steps; 0: at the end (default 100)")
     parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
@@ -46,7 +47,7 @@ def add_parser(subparsers) -> None:
     add_device_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
-    parser.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads per process (default: 1 for "
+    parser.add_argument("--threads", type=thread_count, metavar="N", help="CPU threads per process (default: 1 for "
                         "models under 5M parameters, else torch's default)")
     add_json_argument(parser, "a JSON summary at the end, and no progress bar or evaluation lines")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     world = init_world(device.type if device.index is None else str(device))  # cuda: this rank's GPU
     finished = False
     try:
-        with flag_names(FLAGS):
+        with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"):
             code = _train(args, world)
         finished = True
         return code
@@ -94,11 +95,12 @@ def _train(args: argparse.Namespace, world) -> int:
     from blockspec.assembly.assemble import build
     from blockspec.train.checkpointing import load_checkpoint
     from blockspec.train.data import CharDataset
-    from blockspec.train.loop import Trainer
+    from blockspec.train.loop import Trainer, check_lm_head
     from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
     spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
+    check_lm_head(registry.get("head", spec.head.name, spec.head.distribution), source=args.spec)
     resume = load_checkpoint(args.resume, registry) if args.resume else None
     if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
         raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "

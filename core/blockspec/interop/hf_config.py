@@ -59,7 +59,28 @@ def hf_config(spec: ModelSpec, family: Family, *, dtype: str, base: dict[str, An
     kept = dict(base or {}) if _family_of(base) is family else {}
     for stale in STALE:
         kept.pop(stale, None)
-    return {**kept, **ours, "dtype": dtype, "torch_dtype": dtype}
+    ids = _token_ids(kept, spec.model.vocab_size)
+    return {**kept, **ours, **ids, "dtype": dtype, "torch_dtype": dtype}
+
+
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _token_ids(kept: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """The special token ids, always written: the imported original's where they lie inside the vocabulary,
+    else null. Left out, transformers fills in the family's default (GPT-2's 50256), which a 65-character
+    vocabulary does not have; a blockspec-trained model has no special tokens, and null says so."""
+
+    def inside(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
+
+    found = {}
+    for key in TOKEN_IDS:
+        value = kept.get(key)
+        if isinstance(value, list):  # several end ids (Llama 3): keep those the vocabulary has
+            value = [v for v in value if inside(v)] or None
+        found[key] = value if inside(value) or isinstance(value, list) else None
+    return found
 
 
 def _family_of(base: dict[str, Any] | None) -> Family | None:

@@ -18,7 +18,8 @@ from attrs import field, frozen
 
 from blockspec.errors import BlockspecError, FieldError
 from blockspec.modules.transformer import Transformer
-from blockspec.spec.validators import at_least, greater_than, positive
+from blockspec.registry.components import Component
+from blockspec.spec.validators import at_least, greater_than, in_range, positive
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.train.data import CharDataset, batch_seed
 from blockspec.train.distributed import Strategy, World, wrap
@@ -34,13 +35,31 @@ class TrainConfig:
     lr: float = field(default=3e-3, validator=greater_than(0.0))
     weight_decay: float = field(default=0.0, validator=at_least(0.0))
     grad_clip: float | None = 1.0
-    seed: int = 0
+    seed: int = field(default=0, validator=in_range(-(2**63), 2**64))  # what torch.manual_seed takes
     eval_every: int = field(default=100, validator=at_least(0))  # 0: only at the end
     eval_batches: int = field(default=20, validator=positive)
 
 
 class TrainConfigError(BlockspecError, ValueError):
     """A training setting is out of range."""
+
+
+class NotALanguageModelError(BlockspecError, ValueError):
+    """The model's head does not predict the next token, so next-character training cannot use it."""
+
+
+def check_lm_head(head: Component | None, *, source: str = "the model") -> None:
+    """Refuse, before any data or step, a head that does not promise "lm" (logits (B, N, |V|) per position).
+
+    A classifier head would otherwise fail deep inside cross-entropy with a shape message.
+    ``head`` is the resolved component (None: unknown, e.g. built without provenance: not refused).
+    """
+    if head is None or "lm" in head.promises:
+        return
+    raise NotALanguageModelError(
+        f"{source}: $.head.use: training needs a language-model head (one that promises \"lm\": next-token "
+        f"logits at every position), found {head.name!r} ({head.distribution}); "
+        "use [head] use = \"lm\" to train this spec")
 
 
 def make_config(settings: dict[str, Any]) -> TrainConfig:
@@ -80,6 +99,7 @@ class Trainer:
 
     def __init__(self, model: Transformer, data: CharDataset, config: TrainConfig, *, world: World = World(),
                  strategy: Strategy = "ddp", resume: Checkpoint | None = None) -> None:
+        check_lm_head(getattr(model, "provenance", {}).get("head"), source=model.spec.model.name)
         self.data, self.config, self.world = data, config, world
         self.spec = model.spec
         self.sharded = world.size > 1 and strategy == "fsdp"
