@@ -6,7 +6,11 @@ Profiles (HYPOTHESIS_PROFILE=...): "dev" (default, fast), "ci" (what .ci/run use
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,32 @@ import blockspec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "examples" / "specs"
+
+
+def _provide_blocks_distribution() -> None:
+    """Make blockspec-blocks discoverable when this environment predates it (not pip-installed yet).
+
+    Every spec's [block] defaults to one of its blocks, so the suite needs it wherever a registry
+    is loaded, subprocesses included: a ``.dist-info`` with its entry point, as pip would write,
+    on sys.path and PYTHONPATH. A no-op where ``pip install -r requirements-dev.txt`` installed it.
+    """
+    try:
+        importlib.metadata.distribution("blockspec-blocks")
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    root = Path(tempfile.mkdtemp(prefix="blockspec-blocks-dist-"))
+    info = root / "blockspec_blocks-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: blockspec-blocks\nVersion: 0.1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[blockspec]\nblocks = blockspec_blocks\n", encoding="utf-8")
+    paths = [str(root), str(ROOT / "plugins" / "blocks")]
+    sys.path[:0] = paths
+    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])
+    importlib.invalidate_caches()
+
+
+_provide_blocks_distribution()
 
 settings.register_profile("dev", max_examples=20, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -30,7 +60,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 @pytest.fixture(scope="session")
 def registry() -> blockspec.Registry:
-    """The installed plugins, loaded once."""
+    """The installed plugins, loaded once (blockspec-blocks among them: see above)."""
     return blockspec.load_registry()
 
 

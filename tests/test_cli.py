@@ -91,10 +91,12 @@ def test_show_table(capsys):
 def test_a_missing_plugin_names_the_component_and_the_distribution_to_install():
     """What a user sees after `pip uninstall blockspec-positional`."""
     import blockspec_activations
+    import blockspec_blocks
     import blockspec_heads
     import blockspec_norms
 
-    others = [(m, m.__name__, "0.1.0") for m in (blockspec_norms, blockspec_activations, blockspec_heads)]
+    others = [(m, m.__name__.replace("_", "-"), "0.1.0")
+              for m in (blockspec_norms, blockspec_activations, blockspec_heads, blockspec_blocks)]
     registry = load_registry(entry_points=False, plugins=others)
     assert registry.names("positional") == []
     with pytest.raises(blockspec.UnknownComponentError) as caught:

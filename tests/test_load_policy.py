@@ -103,7 +103,7 @@ def test_registry_flag_applies_to_the_command_only(tmp_path):
 
 
 def test_a_spec_needing_a_plugin_the_policy_left_out_says_so(monkeypatch):
-    monkeypatch.setenv("BLOCKSPEC_PLUGINS", "blockspec-positional,blockspec-activations,blockspec-heads")
+    monkeypatch.setenv("BLOCKSPEC_PLUGINS", "blockspec-positional,blockspec-activations,blockspec-heads,blockspec-blocks")
     with pytest.raises(UnknownComponentError) as caught:
         loads_spec(GPT2, load_registry(), file="gpt2.toml")
     (problem,) = caught.value.problems
@@ -165,7 +165,7 @@ def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
     report = json.loads(out)
     assert code == 0 and err == ""
     assert [(r["distribution"], r["components"]) for r in report["loaded"]] == [
-        ("blockspec", 1), ("blockspec-heads", 2), ("blockspec-norms", 2)]
+        ("blockspec", 2), ("blockspec-heads", 2), ("blockspec-norms", 2)]  # the core's attention and dense FFN
     assert {s["distribution"] for s in report["skipped"]} == set(INSTALLED) - {"blockspec-heads", "blockspec-norms"}
     assert "BLOCKSPEC_PLUGINS = blockspec-heads,blockspec-norms" in report["policy"]
     assert report["torch"].startswith("2.") and report["quarantined"] == []

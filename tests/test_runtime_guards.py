@@ -127,7 +127,7 @@ def test_a_finite_forward_passes_and_leaves_no_hooks(registry):
     ("positional.table.weight", "positional", "$.positional"),
     ("blocks.0.norm1.weight", "blocks.0.norm1", "$.norm"),
     ("blocks.1.attn.qkv.weight", "blocks.1.attn.qkv", "$.attention"),
-    ("blocks.1.ffn.up.weight", "blocks.1.ffn.up", "$.model"),
+    ("blocks.1.ffn.up.weight", "blocks.1.ffn.up", "$.ffn"),  # the FFN component made it
     ("final_norm.bias", "final_norm", "$.norm"),
 ])
 def test_the_first_non_finite_value_is_blamed_on_its_module_and_spec_table(registry, target, module_path, spec_path):

@@ -14,7 +14,7 @@ from torch import nn
 import blockspec
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.inspect.plots import SECTION_COLOURS
-from blockspec.inspect.trace import MODEL, NORM, POSITIONS, RESIDUAL, TraceError, section_label, trace
+from blockspec.inspect.trace import FFN, MODEL, NORM, POSITIONS, RESIDUAL, TraceError, section_label, trace
 
 SMALL = {"name": "small", "vocab_size": 40, "context_length": 16, "d_model": 16, "n_layers": 2,
          "n_heads": 4, "d_ff": 24, "bias": True, "norm_placement": "pre", "dropout": 0.0}
@@ -78,8 +78,11 @@ def test_stages_name_their_component_distribution_and_section(example_spec, regi
     assert (pos.component, pos.section) == ("positional:learned", POSITIONS)
     assert result["logits"].component == "head:lm"
     assert result["blocks.0.attn.weights"].component == "attention:causal"
-    residual = result["blocks.0.attn_residual"]
-    assert (residual.component, residual.distribution, residual.section) == (None, "blockspec", RESIDUAL)
+    residual = result["blocks.0.attn_residual"]  # the block component wires the residual adds
+    assert (residual.component, residual.distribution, residual.section) == ("block:pre", "blockspec-blocks",
+                                                                             RESIDUAL)
+    up = result["blocks.0.ffn.up"]  # the FFN component's own linears
+    assert (up.component, up.distribution, up.section) == ("ffn:dense", "blockspec", FFN)
 
 
 # -- wiring variants -----------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_weights_that_do_not_fit_are_named(tmp_path, example_spec, registry):
     assert str(caught.value).splitlines() == [  # every problem at once, each on its own located line
         f"{file}: tensor 'blocks.1.norm2.bias' (norm:layernorm from blockspec-norms): missing, expected shape [64]",
         f"{file}: tensor 'extra.weight': unexpected (the model has no such parameter or buffer)",
-        f"{file}: tensor 'blocks.0.ffn.up.weight': expected shape [256, 64], found [3, 64]",
+        f"{file}: tensor 'blocks.0.ffn.up.weight' (ffn:dense from blockspec): expected shape [256, 64], found [3, 64]",
     ]
 
 

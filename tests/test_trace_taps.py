@@ -44,6 +44,7 @@ class PlainFFN(nn.Module):
 def test_a_new_block_layout_with_taps_shows_its_inner_stages(registry):
     model = small_model(registry)
     model.blocks[0] = ParallelBlock(model.blocks[0])
+    del model.provenance["blocks.0"]  # no registry component made the swapped-in block: credited to nobody
     ids = ids_of(5)
     result = trace(model, ids)
     attn = [f"blocks.0.attn.{s}" for s in ("q", "k", "v", "weights", "heads", "out")]
@@ -71,6 +72,7 @@ def test_a_block_without_taps_is_one_stage_even_around_tapped_modules(registry):
 def test_a_plugin_ffn_without_taps_is_one_stage(registry):
     model = small_model(registry)
     model.blocks[0].ffn = PlainFFN(16)
+    del model.provenance["blocks.0.ffn"]  # no registry component made the swapped-in FFN: credited to nobody
     result = trace(model, ids_of(3))
     names = result.names()
     assert names[names.index("blocks.0.norm2") + 1:names.index("blocks.0.ffn_residual")] == ["blocks.0.ffn"]

@@ -32,8 +32,15 @@ What is here:
   own frozen attrs config instance. A build raises ValueError or TypeError for sizes it
   cannot serve.
 - ``BuildContext``: ``model`` (the spec's ``ModelConfig``: d_model, n_heads, head_dim, kv_heads,
-  d_ff, vocab_size, context_length, ...) and ``embedding`` (the token ``nn.Embedding``,
-  always present, for heads that tie to it).
+  d_ff, vocab_size, context_length, ...), ``embedding`` (the token ``nn.Embedding``,
+  always present, for heads that tie to it) and ``layer`` (``LayerParts``, for the per-layer
+  kinds ``block`` and ``ffn``; None otherwise): ``ctx.layer.attention("attn")``, ``.ffn("ffn")``,
+  ``.norm("norm1")`` and ``.activation("act")`` each build a fresh module from the spec's
+  component, recorded under the name given; ``.index`` and ``.dropout`` too.
+- Blocks: a ``block`` component owns the residuals; its ``forward(x, positional, start=0,
+  cache=None)`` calls attention through ``attend(attn, x, positional, start, cache)``, which
+  passes the ``LayerCache`` only when decoding. ``PreNormBlock`` and ``PostNormBlock`` are the
+  core's two classic layouts.
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
   ``greater_than``, ``in_range``, ``one_of``.
 - ``ContextLengthError``: what a bounded positional encoder raises past its table.
@@ -58,7 +65,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from blockspec.assembly.context import BuildContext
+from blockspec.assembly.context import BuildContext, LayerParts
 from blockspec.errors import ContextLengthError
 from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
@@ -66,6 +73,7 @@ from blockspec.spec.validators import at_least, greater_than, in_range, one_of, 
 
 if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
+    from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import PositionalEncoding
     from blockspec.modules.taps import tap, tapping
@@ -76,6 +84,9 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
     "tap": "blockspec.modules.taps",
+    "attend": "blockspec.modules.blocks",
+    "PreNormBlock": "blockspec.modules.blocks",
+    "PostNormBlock": "blockspec.modules.blocks",
     "tapping": "blockspec.modules.taps",
 }
 
@@ -96,13 +107,17 @@ __all__ = [
     "Build",
     "BuildContext",
     "Config",
+    "LayerParts",
     "ContextLengthError",
     "KVCache",
     "LayerCache",
     "ModelConfig",
     "PositionalEncoding",
+    "PostNormBlock",
+    "PreNormBlock",
     "Register",
     "at_least",
+    "attend",
     "greater_than",
     "hookimpl",
     "in_range",

@@ -13,6 +13,14 @@ from blockspec.testing.strategies import model_specs, token_batches
 
 FIRST_PARTY = {"blockspec", *catalogue()}
 GATED = {"swiglu", "geglu"}
+NORMS_PER_BLOCK = {"pre": 2, "post": 2, "parallel": 2, "sandwich": 4, "output_norm": 2}  # blockspec-blocks' layouts
+
+
+def block_norms(spec: blockspec.ModelSpec) -> int:
+    """How many norms each layer of the spec's block holds (parallel's shared_norm: one for both sublayers)."""
+    if spec.block.name == "parallel" and spec.block.config.shared_norm:
+        return 1
+    return NORMS_PER_BLOCK[spec.block.name]
 
 
 def _first_party(component) -> bool:
@@ -32,7 +40,7 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
     return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m), head=head,
-                            gated=spec.activation.name in GATED)
+                            gated=spec.activation.name in GATED, norms=block_norms(spec))
 
 
 @settings(max_examples=15)

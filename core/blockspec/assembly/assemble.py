@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 
+import attrs
 import torch
 from torch import nn
 
 from blockspec.assembly.context import BuildContext
 from blockspec.assembly.deferred_init import DeferredInit
 from blockspec.errors import Problem, SpecError
-from blockspec.modules.blocks import PostNormBlock, PreNormBlock
-from blockspec.modules.feed_forward import FeedForward
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelSpec, estimate_parameters
@@ -124,16 +123,12 @@ class _Assembler:
         return model
 
     def block(self, index: int, ctx: BuildContext) -> nn.Module:
-        cfg, prefix = self.spec.model, f"blocks.{index}"
-        activation = self.make(self.spec.activation, ctx, f"{prefix}.ffn.act")
-        block_cls = PreNormBlock if cfg.norm_placement == "pre" else PostNormBlock
-        return block_cls(
-            attn=self.make(self.spec.attention, ctx, f"{prefix}.attn"),
-            ffn=FeedForward(d_model=cfg.d_model, d_ff=cfg.d_ff, activation=activation, bias=cfg.bias),
-            norm1=self.make(self.spec.norm, ctx, f"{prefix}.norm1"),
-            norm2=self.make(self.spec.norm, ctx, f"{prefix}.norm2"),
-            dropout=cfg.dropout,
-        )
+        """The block component wires layer ``index``; it builds its sublayers through ``ctx.layer``."""
+        prefix = f"blocks.{index}"
+        return self.make(self.spec.block, self.layer_context(ctx, index, prefix), prefix)
+
+    def layer_context(self, ctx: BuildContext, index: int, prefix: str) -> BuildContext:
+        return attrs.evolve(ctx, layer=_LayerParts(self, ctx, index, prefix))
 
     def make(self, part: ComponentSpec, ctx: BuildContext, path: str) -> nn.Module:
         component = self.registry.get(part.kind, part.name, part.distribution)
@@ -142,11 +137,41 @@ class _Assembler:
                                     message=f"{part.kind} {part.use!r} is not available in this registry"))
         try:
             module = component.build(part.config, ctx)
+        except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table
+            raise
         except (ValueError, TypeError, RuntimeError, OverflowError) as error:  # torch refuses sizes with these
             raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}",
                                     message=f"{component.qualified_name} cannot be built: {error}")) from error
         self.provenance[path] = component
         return module
+
+
+class _LayerParts:
+    """``ctx.layer`` of one layer: each call builds the spec's component anew and records it at prefix.name."""
+
+    def __init__(self, assembler: _Assembler, ctx: BuildContext, index: int, prefix: str) -> None:
+        self._assembler, self._ctx, self._prefix = assembler, ctx, prefix
+        self.index = index
+        self.dropout = assembler.spec.model.dropout
+
+    def _path(self, name: str) -> str:
+        if not isinstance(name, str) or not name or any(not part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"a sublayer's name must be a module attribute path, found {name!r}")
+        return f"{self._prefix}.{name}"
+
+    def attention(self, name: str = "attn") -> nn.Module:
+        return self._assembler.make(self._assembler.spec.attention, self._ctx, self._path(name))
+
+    def ffn(self, name: str = "ffn") -> nn.Module:
+        path = self._path(name)
+        return self._assembler.make(self._assembler.spec.ffn,
+                                    self._assembler.layer_context(self._ctx, self.index, path), path)
+
+    def norm(self, name: str) -> nn.Module:
+        return self._assembler.make(self._assembler.spec.norm, self._ctx, self._path(name))
+
+    def activation(self, name: str = "act") -> nn.Module:
+        return self._assembler.make(self._assembler.spec.activation, self._ctx, self._path(name))
 
 
 def gpt2_initialised(model: nn.Module) -> list[torch.Tensor]:

@@ -26,6 +26,21 @@ def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
     )
 
 
+@frozen(kw_only=True)
+class DenseFFNConfig:
+    """The dense FFN: up-project to d_ff (2·d_ff for gated activations), the spec's activation, down-project."""
+
+
+def build_dense_ffn(config: DenseFFNConfig, ctx: BuildContext):
+    from blockspec.modules.feed_forward import FeedForward
+
+    if ctx.layer is None:
+        raise TypeError("the dense FFN is built per layer: its BuildContext needs a layer factory (ctx.layer)")
+    model = ctx.model
+    return FeedForward(d_model=model.d_model, d_ff=model.d_ff, activation=ctx.layer.activation("act"), bias=model.bias)
+
+
 @hookimpl
 def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention, promises=("causal",))
+    register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise",))

@@ -47,7 +47,7 @@ MODEL = "7.6 the full model"
 SECTIONS = (POSITIONS, RESIDUAL, NORM, FFN, OUTPUT, MODEL)
 TITLED = {NORM: "norm:layernorm"}  # the sections whose title names one component: the component it names
 
-CORE = "blockspec"  # the distribution that supplies the embedding, FFN linears and residual adds
+CORE = "blockspec"  # the distribution of blockspec's own classes no component made (the embedding, the probs)
 POSITIONAL_TAPS = ("positional.encoding", "positional.embed", "q_rotated", "k_rotated", "score_bias")
 CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # never called: transparent between a module and its items
 

@@ -39,7 +39,7 @@ def tied_head_copy(name: str, spec: ModelSpec) -> bool:
 
 
 def common_misfits(spec: ModelSpec) -> list[str]:
-    """What every exported family needs: an LM head, causal attention, pre-norm with a final norm."""
+    """What every exported family needs: an LM head, causal attention, pre-norm blocks with a final norm, a dense FFN."""
     m = spec.model
     problems = []
     if spec.head.name != "lm":
@@ -48,6 +48,11 @@ def common_misfits(spec: ModelSpec) -> list[str]:
         problems.append(f"attention is {spec.attention.name!r}, expected 'causal'")
     if m.norm_placement != "pre" or not m.has_final_norm:
         problems.append("expected pre-norm blocks with a final norm")
+    if spec.block.name != "pre" or spec.block.distribution not in (None, "blockspec-blocks"):
+        problems.append(f"block is {spec.block.use!r}, expected 'pre': the family's layers are pre-norm "
+                        "x + attn(norm1(x)), x + ffn(norm2(x))")
+    if spec.ffn.name != "dense" or spec.ffn.distribution not in (None, "blockspec"):
+        problems.append(f"ffn is {spec.ffn.use!r}, expected 'dense': the family's MLP is up, activation, down")
     return problems
 
 

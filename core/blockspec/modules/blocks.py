@@ -66,8 +66,11 @@ class PostNormBlock(nn.Module):
         return tap(self, "norm2", self.norm2(tap(self, "ffn_residual", x + dropped(self.drop, f))))
 
 
-def _attend(
+def attend(
     attn: nn.Module, x: torch.Tensor, positional: PositionalEncoding, start: int, cache: LayerCache | None
 ) -> torch.Tensor:
     """Pass the cache only when decoding with one, so attention modules without a cache argument still work."""
     return attn(x, positional, start) if cache is None else attn(x, positional, start, cache)
+
+
+_attend = attend

@@ -23,6 +23,9 @@ from blockspec.spec.schema import ComponentSpec, InitConfig, ModelConfig, ModelS
 from blockspec.spec.strict import CONVERTER, SHORT, describe
 
 DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
+DEFAULT_FFN = "blockspec:dense"
+BLOCKS_DISTRIBUTION = "blockspec-blocks"  # [block] defaults to its "pre" or "post", as [model] norm_placement says
+PLACEMENT_BLOCKS = ("pre", "post")  # the blocks that norm_placement names
 OPTIONAL_TABLES = ("init",)
 TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES)
 
@@ -102,7 +105,11 @@ class _SpecReader:
     def read(self, data: dict[str, Any]) -> ModelSpec:
         self._check_tables(data)
         model = self._model(data.get("model"))
-        parts = {kind: self._component(kind, data.get(kind)) for kind in SECTIONS}
+        placement = _given_placement(data.get("model"))
+        defaults = {"attention": DEFAULT_ATTENTION, "ffn": DEFAULT_FFN,
+                    "block": f"{BLOCKS_DISTRIBUTION}:{placement or (model.norm_placement if model else 'pre')}"}
+        parts = {kind: self._component(kind, data.get(kind), defaults.get(kind)) for kind in SECTIONS}
+        model = self._placement(model, parts["block"], placement)
         init = self._init(data.get("init"))
         if self.problems:
             error_cls = UnknownComponentError if self.unknown_component and len(self.problems) == 1 else SpecError
@@ -144,9 +151,20 @@ class _SpecReader:
             return InitConfig()
         return self._structure(table, InitConfig, "$.init") if isinstance(table, dict) else None
 
-    def _component(self, kind: str, table: Any) -> ComponentSpec | None:
-        if table is None and kind == "attention":
-            table = {"use": DEFAULT_ATTENTION}
+    def _placement(self, model: ModelConfig | None, block: ComponentSpec | None,
+                   placement: str | None) -> ModelConfig | None:
+        """[block] and [model] norm_placement say the same: "pre"/"post" agree, or the block sets the placement."""
+        if model is None or block is None or block.name not in PLACEMENT_BLOCKS:
+            return model
+        if placement is not None and placement != block.name:
+            self.problem("$.block.use", f"block {block.use!r} disagrees with [model] norm_placement = {placement!r}",
+                         "give one of them, or make them agree")
+            return None
+        return model if model.norm_placement == block.name else attrs.evolve(model, norm_placement=block.name)
+
+    def _component(self, kind: str, table: Any, default: str | None = None) -> ComponentSpec | None:
+        if table is None and default is not None:
+            table = {"use": default}
         if table is None:
             self.problem(f"$.{kind}", f"missing required table [{kind}]", f'add [{kind}] with use = "..."')
             return None
@@ -186,6 +204,12 @@ class _SpecReader:
             for where, message, hint in flatten(error, path, cls):
                 self.problem(where, message, hint)
             return None
+
+
+def _given_placement(table: Any) -> str | None:
+    """[model] norm_placement as written, when it is one of the placements; None when absent (or reported)."""
+    value = table.get("norm_placement") if isinstance(table, dict) else None
+    return value if value in PLACEMENT_BLOCKS else None
 
 
 _MODEL_HINTS = typing.get_type_hints(ModelConfig, include_extras=True)  # once: evaluating them compiles code
@@ -232,10 +256,23 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     """The plain-dict form of a spec: what tomllib would give for its TOML."""
     document = {"model": _drop_none(CONVERTER.unstructure(spec.model))}
     for part in spec.components():
+        if part.kind in ("block", "ffn") and _is_default(part, spec.model):
+            continue  # written only when chosen: specs from before [block] and [ffn] dump as before
         document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
     if spec.init != InitConfig():  # written only when chosen: GPT-2's default dumps as before
         document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
     return document
+
+
+def _is_default(part: ComponentSpec, model: ModelConfig) -> bool:
+    """The component a spec without the table gets: the pinned default, with its default config."""
+    default = DEFAULT_FFN if part.kind == "ffn" else f"{BLOCKS_DISTRIBUTION}:{model.norm_placement}"
+    if part.use != default:
+        return False
+    try:
+        return part.config == type(part.config)()
+    except TypeError:  # a config with required fields is never a default
+        return False
 
 
 def dump_spec(spec: ModelSpec) -> str:

@@ -14,6 +14,8 @@ KIND_SUMMARIES = MappingProxyType(
         "activation": "FFN non-linearity: elementwise, or gated (2*d_ff -> d_ff)",
         "head": "output layer: [B, N, d] -> logits [B, N, |V|] or [B, C]",
         "attention": "token mixing: [B, N, d] -> [B, N, d]",
+        "block": "one layer's wiring: sublayers, norms and residuals, [B, N, d] -> [B, N, d]",
+        "ffn": "position-wise feed-forward network: [B, N, d] -> [B, N, d]",
     }
 )
 
@@ -29,6 +31,8 @@ PROMISES = MappingProxyType(
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "classifier"}),
         "attention": frozenset({"causal"}),
+        "block": frozenset({"residual", "causal"}),
+        "ffn": frozenset({"position_wise"}),
     }
 )
 
@@ -50,5 +54,8 @@ PROMISE_MEANINGS = MappingProxyType(
         ("head", "tied"): "the output matrix is the token embedding's storage",
         ("head", "classifier"): "(B, N, d) -> (B, C)",
         ("attention", "causal"): "output at position i depends on positions <= i only",
+        ("block", "residual"): "with sublayers that output zero, the block is the identity",
+        ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
+        ("ffn", "position_wise"): "each token's output depends on that token alone",
     }
 )

@@ -115,11 +115,13 @@ class ModelSpec:
     activation: ComponentSpec
     head: ComponentSpec
     attention: ComponentSpec
+    block: ComponentSpec
+    ffn: ComponentSpec
     init: InitConfig = InitConfig()
     source: str | None = field(default=None, eq=False)
 
     def components(self) -> tuple[ComponentSpec, ...]:
-        return (self.positional, self.norm, self.activation, self.head, self.attention)
+        return (self.positional, self.norm, self.activation, self.head, self.attention, self.block, self.ffn)
 
 
 def estimate_parameters(model: ModelConfig) -> int:

@@ -29,9 +29,15 @@ def layernorm_parameters(model: ModelConfig, *, affine: bool = True, bias: bool 
 
 
 def model_parameters(model: ModelConfig, *, positional: int, norm: int, attention: int, head: int,
-                     gated: bool) -> int:
-    """The exact count: embedding + positions + L·(attention + FFN + 2 norms) + final norm + head."""
-    block = attention + ffn_parameters(model, gated=gated) + 2 * norm
+                     gated: bool, ffn: int | None = None, block: int | None = None, norms: int = 2) -> int:
+    """The exact count: embedding + positions + L·(attention + FFN + norms) + final norm + head.
+
+    ``ffn``: an FFN component's own count instead of the dense one's; ``norms``: how many norms
+    the block holds (pre and post: 2; the layout's own number for others, e.g. a sandwich's 4);
+    ``block``: a block component's whole count (with the kit's reference sublayers) instead of the sum.
+    """
+    if block is None:
+        block = attention + (ffn_parameters(model, gated=gated) if ffn is None else ffn) + norms * norm
     final = norm if model.has_final_norm else 0
     return model.vocab_size * model.d_model + positional + model.n_layers * block + final + head
 

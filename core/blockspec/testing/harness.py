@@ -22,6 +22,9 @@ from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 
 
+PER_LAYER = ("block", "ffn")  # the kinds built with a layer factory
+
+
 @frozen
 class Built:
     """A freshly built component, and the embedding its BuildContext offered (heads may tie to it)."""
@@ -30,12 +33,55 @@ class Built:
     embedding: nn.Embedding
 
 
-def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu") -> Built:
-    """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``."""
+class Zero(nn.Module):
+    """A sublayer that outputs zeros shaped like its input: what the ``residual`` promise is checked with."""
+
+    def forward(self, x: torch.Tensor, *args: Any) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
+class StandInLayer:
+    """``ctx.layer`` for a block or FFN built alone: the kit's reference sublayers (causal attention,
+    a dense GELU FFN, LayerNorm), or ``Zero`` attention and FFN when ``zero``."""
+
+    def __init__(self, ctx: BuildContext, *, zero: bool = False) -> None:
+        self._ctx, self._zero = ctx, zero
+        self.index, self.dropout = 0, 0.0
+
+    def attention(self, name: str = "attn") -> nn.Module:
+        from blockspec.testing.reference import partner
+
+        return Zero() if self._zero else partner("attention").build(None, self._ctx)
+
+    def ffn(self, name: str = "ffn") -> nn.Module:
+        from blockspec.modules.feed_forward import FeedForward
+
+        m = self._ctx.model
+        return Zero() if self._zero else FeedForward(d_model=m.d_model, d_ff=m.d_ff, activation=self.activation(),
+                                                    bias=m.bias)
+
+    def norm(self, name: str) -> nn.Module:
+        return nn.LayerNorm(self._ctx.model.d_model)
+
+    def activation(self, name: str = "act") -> nn.Module:
+        from blockspec.testing.reference import partner
+
+        return partner("activation").build(None, self._ctx)
+
+
+def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu",
+                   zero_sublayers: bool = False) -> Built:
+    """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``.
+
+    A block or FFN gets a ``StandInLayer`` as ``ctx.layer`` (``zero_sublayers``: Zero attention and FFN).
+    """
     with torch.random.fork_rng(devices=[]), torch.device(device):
         _seed(case.seed if seed is None else seed, device)
         embedding = nn.Embedding(case.model.vocab_size, case.model.d_model)
-        module = component.build(case.config, BuildContext(model=case.model, embedding=embedding))
+        ctx = BuildContext(model=case.model, embedding=embedding)
+        if component.kind in PER_LAYER:
+            ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers))
+        module = component.build(case.config, ctx)
     if not isinstance(module, nn.Module):
         raise AssertionError(f"build returned {type(module).__name__}, not an nn.Module")
     dtype = dtype_of(case)
@@ -103,7 +149,7 @@ def inputs(kind: str, module: nn.Module, case: Case, device: str = "cpu") -> tup
         q = normal(case, b, m.n_heads, n, m.head_dim, offset=1, device=device)  # (B, h, N, hs)
         k = normal(case, b, m.kv_heads, n, m.head_dim, offset=2, device=device)  # (B, kv, N, hs)
         return normal(case, b, n, m.d_model, device=device), q, k
-    return (normal(case, b, n, m.d_model, device=device),)  # norm, head, attention: (B, N, d)
+    return (normal(case, b, n, m.d_model, device=device),)  # norm, head, attention, block, ffn: (B, N, d)
 
 
 def outputs(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
@@ -111,7 +157,7 @@ def outputs(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tenso
     with torch.no_grad():
         if kind == "positional":
             return positional_outputs(module, case, *tensors)
-        if kind == "attention":
+        if kind in ("attention", "block"):
             return {"output": module(tensors[0], PositionalEncoding(), case.start)}
         return {"output": module(tensors[0])}
 

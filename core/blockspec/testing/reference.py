@@ -1,7 +1,8 @@
 """Plain reference partners, so a whole-model check of one component blames only that component.
 
 A model needs one component of every kind; the kit fills the other slots with these
-(no position signal, LayerNorm, GELU, an untied LM head, the core's causal attention).
+(no position signal, LayerNorm, GELU, an untied LM head, the core's causal attention, its
+pre- or post-norm block and dense FFN).
 """
 
 from __future__ import annotations
@@ -57,12 +58,31 @@ def _attention(config: ReferenceConfig, ctx: BuildContext):
     return build_causal_attention(CausalAttentionConfig(), ctx)
 
 
+def _block(config: ReferenceConfig, ctx: BuildContext):
+    from blockspec.modules.blocks import PostNormBlock, PreNormBlock
+
+    layer = ctx.layer
+    if ctx.model.norm_placement == "post":
+        return PostNormBlock(attn=layer.attention("attn"), norm1=layer.norm("norm1"), ffn=layer.ffn("ffn"),
+                             norm2=layer.norm("norm2"), dropout=layer.dropout)
+    return PreNormBlock(norm1=layer.norm("norm1"), attn=layer.attention("attn"), norm2=layer.norm("norm2"),
+                        ffn=layer.ffn("ffn"), dropout=layer.dropout)
+
+
+def _ffn(config: ReferenceConfig, ctx: BuildContext):
+    from blockspec.assembly.builtin import DenseFFNConfig, build_dense_ffn
+
+    return build_dense_ffn(DenseFFNConfig(), ctx)
+
+
 _BUILDERS = {
     "positional": (_positional, ("unbounded",)),
     "norm": (_norm, ("scale_invariant", "shift_invariant", "standardizes")),
     "activation": (_activation, ("elementwise",)),
     "head": (_head, ("lm",)),
     "attention": (_attention, ("causal",)),
+    "block": (_block, ("causal",)),  # pre-norm or post-norm, as the case's norm_placement says
+    "ffn": (_ffn, ("position_wise",)),
 }
 
 

@@ -154,4 +154,6 @@ def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrateg
     """
     config = draw(model if model is not None else model_configs())
     parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
+    if parts["block"].name in ("pre", "post") and parts["block"].name != config.norm_placement:
+        config = attrs.evolve(config, norm_placement=parts["block"].name)  # a spec file cannot say both
     return ModelSpec(model=config, **parts)

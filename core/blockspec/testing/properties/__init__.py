@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from blockspec.testing.properties.activation import ACTIVATION
 from blockspec.testing.properties.attention import ATTENTION
+from blockspec.testing.properties.block import BLOCK
+from blockspec.testing.properties.ffn import FFN
 from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 from blockspec.testing.properties.head import HEAD
 from blockspec.testing.properties.model import MODEL
@@ -17,7 +19,7 @@ from blockspec.testing.properties.positional import POSITIONAL
 from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
-    *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *UNIVERSAL, *MODEL,
+    *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *UNIVERSAL, *MODEL,
 )
 
 

@@ -67,10 +67,14 @@ def check_model_parameters(component: Component, case: Case, device: str) -> Non
     meta = _count(solo_model(component, case, device, meta=True))
     real_model = solo_model(component, case, device)
     real = _count(real_model)
-    gated = bool(getattr(real_model.blocks[0].ffn.act, "gated", False)) if len(real_model.blocks) else False
-    shares = {kind: own_parameters(_part(component, kind), case) for kind in KINDS}
+    act = getattr(getattr(real_model.blocks[0], "ffn", None), "act", None) if len(real_model.blocks) else None
+    gated = bool(getattr(act, "gated", False))
+    shares = {kind: own_parameters(_part(component, kind), case) for kind in KINDS if kind not in ("block", "ffn")}
+    ffn = own_parameters((component, None), case) if component.kind == "ffn" else None
+    block = own_parameters((component, None), case) if component.kind == "block" else None
     formula = model_parameters(case.model, positional=shares["positional"], norm=shares["norm"],
-                               attention=shares["attention"], head=shares["head"], gated=gated)
+                               attention=shares["attention"], head=shares["head"], gated=gated, ffn=ffn,
+                               block=block)
     if not meta == real == formula:
         raise AssertionError(f"parameter counts disagree: meta device {meta:,}, built {real:,}, "
                              f"closed form {formula:,} (component shares {shares})")

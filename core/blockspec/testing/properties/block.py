@@ -1,0 +1,61 @@
+"""Blocks: one layer's wiring, (B, N, d) -> (B, N, d); the residual stream passes through untouched."""
+
+from __future__ import annotations
+
+import torch
+
+from blockspec.modules.positional import PositionalEncoding
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import build_isolated, exercise, inputs, normal
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
+
+
+def check_contract(component: Component, case: Case, device: str) -> None:
+    """(B, N, d) in, (B, N, d) out, same dtype and device, with the kit's reference sublayers."""
+    _, (x,), found = exercise(component, case, device)
+    assert_shape(found["output"], tuple(x.shape), "block output")
+    assert_like(found["output"], x, "block output")
+
+
+def check_residual(component: Component, case: Case, device: str) -> None:
+    """With attention and FFN that output zero (and freshly built LayerNorms), block(x) == x."""
+    built = build_isolated(component, case, device=device, zero_sublayers=True)
+    (x,) = inputs(component.kind, built.module, case, device)
+    with torch.no_grad():
+        out = built.module(x, PositionalEncoding(), case.start)
+    assert_close(out, x, "block output with zero sublayers", atol=1e-6, rtol=0)
+
+
+def check_causal(component: Component, case: Case, device: str) -> None:
+    """With causal attention inside, changing tokens after position i leaves the outputs at 0..i unchanged."""
+    built, (x,), found = exercise(component, case, device)
+    changed = x.clone()
+    tail = normal(case, case.batch, case.tokens, case.model.d_model, offset=11, device=device)
+    changed[:, case.cut + 1:] = tail[:, case.cut + 1:]  # (B, N, d): positions after cut replaced
+    with torch.no_grad():
+        out = built.module(changed, PositionalEncoding(), case.start)
+    keep = case.cut + 1
+    assert_close(out[:, :keep], found["output"][:, :keep],
+                 f"outputs at 0..{case.cut} after changing positions {keep}..", atol=1e-5, rtol=1e-5)
+
+
+def check_parallel(component: Component, case: Case, device: str) -> None:
+    """The parallel block is x + attn(norm1(x)) + ffn(norm2(x)), norm2 being norm1 with shared_norm."""
+    built, (x,), found = exercise(component, case, device)
+    block, positional = built.module, PositionalEncoding()
+    norm2 = block.norm2 if hasattr(block, "norm2") else block.norm1
+    with torch.no_grad():
+        expected = x + block.attn(block.norm1(x), positional, case.start) + block.ffn(norm2(x))
+    assert_close(found["output"], expected, "parallel block against its formula", atol=1e-5, rtol=1e-5)
+
+
+BLOCK = (
+    Property(name="contract", kind="block", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
+    Property(name="residual", kind="block", promise="residual", check=check_residual,
+             summary="with zero sublayers the block is the identity"),
+    Property(name="causal", cases=sequence_cases, kind="block", promise="causal", check=check_causal,
+             summary="outputs up to i ignore tokens after i"),
+    Property(name="parallel", kind="block", check=check_parallel, when=lambda c: c.name == "parallel",
+             summary="x + attn(norm1(x)) + ffn(norm2(x))"),
+)

@@ -1,0 +1,99 @@
+"""blockspec-blocks: how one layer wires attention, FFN, norms and residuals.
+
+``pre`` and ``post`` are the core's classic blocks (``[model] norm_placement`` picks one of them
+when a spec has no [block]); ``parallel``, ``sandwich`` and ``output_norm`` are the layouts of
+GPT-J/Falcon, Gemma 2/3 and OLMo 2. Each block builds its sublayers through ``ctx.layer``.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from blockspec.plugin import BuildContext, Register, hookimpl
+
+BLOCKSPEC_API = 1
+
+
+@frozen(kw_only=True)
+class PreConfig:
+    """Pre-norm (GPT-2, Llama): x + f(norm(x)) per sublayer; the residual stream is never normalised."""
+
+
+@frozen(kw_only=True)
+class PostConfig:
+    """Post-norm (the 2017 paper): norm(x + f(x)) after each sublayer."""
+
+
+@frozen(kw_only=True)
+class ParallelConfig:
+    """Parallel (GPT-J, Falcon): x + attn(norm1(x)) + ffn(norm2(x)); shared_norm: one norm feeds both."""
+
+    shared_norm: bool = False
+
+
+@frozen(kw_only=True)
+class SandwichConfig:
+    """Sandwich (Gemma 2/3): x + norm_post(f(norm_pre(x))) per sublayer: four norms."""
+
+
+@frozen(kw_only=True)
+class OutputNormConfig:
+    """Output norm (OLMo 2): x + norm(f(x)) per sublayer."""
+
+
+def _layer(ctx: BuildContext):
+    if ctx.layer is None:
+        raise TypeError("a block is built per layer: its BuildContext needs a layer factory (ctx.layer)")
+    return ctx.layer
+
+
+def build_pre(config: PreConfig, ctx: BuildContext):
+    from blockspec.plugin import PreNormBlock
+
+    layer = _layer(ctx)  # built in the order of their parameters in the state dict
+    return PreNormBlock(norm1=layer.norm("norm1"), attn=layer.attention("attn"), norm2=layer.norm("norm2"),
+                        ffn=layer.ffn("ffn"), dropout=layer.dropout)
+
+
+def build_post(config: PostConfig, ctx: BuildContext):
+    from blockspec.plugin import PostNormBlock
+
+    layer = _layer(ctx)
+    return PostNormBlock(attn=layer.attention("attn"), norm1=layer.norm("norm1"), ffn=layer.ffn("ffn"),
+                         norm2=layer.norm("norm2"), dropout=layer.dropout)
+
+
+def build_parallel(config: ParallelConfig, ctx: BuildContext):
+    from blockspec_blocks.modules import ParallelBlock
+
+    layer = _layer(ctx)
+    norm1, attn = layer.norm("norm1"), layer.attention("attn")
+    norm2 = None if config.shared_norm else layer.norm("norm2")
+    return ParallelBlock(norm1=norm1, attn=attn, norm2=norm2, ffn=layer.ffn("ffn"), dropout=layer.dropout)
+
+
+def build_sandwich(config: SandwichConfig, ctx: BuildContext):
+    from blockspec_blocks.modules import SandwichBlock
+
+    layer = _layer(ctx)
+    return SandwichBlock(norm1=layer.norm("norm1"), attn=layer.attention("attn"),
+                         post_attn_norm=layer.norm("post_attn_norm"), norm2=layer.norm("norm2"),
+                         ffn=layer.ffn("ffn"), post_ffn_norm=layer.norm("post_ffn_norm"), dropout=layer.dropout)
+
+
+def build_output_norm(config: OutputNormConfig, ctx: BuildContext):
+    from blockspec_blocks.modules import OutputNormBlock
+
+    layer = _layer(ctx)
+    return OutputNormBlock(attn=layer.attention("attn"), norm1=layer.norm("norm1"), ffn=layer.ffn("ffn"),
+                           norm2=layer.norm("norm2"), dropout=layer.dropout)
+
+
+@hookimpl
+def blockspec_register(register: Register) -> None:
+    promises = ("residual", "causal")
+    register("block", "pre", PreConfig, build_pre, promises=promises)
+    register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x
+    register("block", "parallel", ParallelConfig, build_parallel, promises=promises)
+    register("block", "sandwich", SandwichConfig, build_sandwich, promises=promises)
+    register("block", "output_norm", OutputNormConfig, build_output_norm, promises=promises)
