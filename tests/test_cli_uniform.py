@@ -217,7 +217,7 @@ def test_bad_numbers_are_one_error_line_naming_the_flag(capsys, argv, message):
 
 
 def test_library_errors_name_parameters_not_flags(tmp_path, registry):
-    with pytest.raises(TrainConfigError, match=r"^lr: expected a number > 0.0") as caught:
+    with pytest.raises(TrainConfigError, match=r"^training settings: \$\.lr: expected a number > 0.0") as caught:
         make_config({"lr": 0.0})
     assert "--" not in str(caught.value)
     model = blockspec.build(llama_spec(registry, kv=2, tied=True), registry=registry)
@@ -235,7 +235,7 @@ def test_the_command_line_translates_parameters_to_its_flags(capsys, trained, mo
     real = loop.make_config
     monkeypatch.setattr(loop, "make_config", lambda settings: real({**settings, "eval_batches": 0}))
     code, _, err = run(capsys, "train", trained / "micro.toml", "--data", trained / "play.txt", *FAST)
-    assert code == 2 and err == "blockspec: error: --eval-batches: expected a positive integer, found 0\n"
+    assert code == 2 and err == "blockspec: error: training settings: --eval-batches: expected a positive integer, found 0\n"
 
 
 def test_translate_matches_prefixes_at_line_starts_and_names_as_whole_words():

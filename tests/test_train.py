@@ -68,10 +68,21 @@ def blockspec_tokenizer(chars):
 
 
 def test_bad_settings_name_the_setting_not_a_flag():
-    with pytest.raises(TrainConfigError, match=r"^batch_size: expected a positive integer, found 0"):
+    with pytest.raises(TrainConfigError, match=r"^training settings: \$\.batch_size: expected a positive integer, found 0"):
         make_config({"batch_size": 0})
-    with pytest.raises(TrainConfigError, match="^lr: expected a number > 0.0"):
+    with pytest.raises(TrainConfigError, match=r"^training settings: \$\.lr: expected a number > 0.0"):
         make_config({"lr": 0.0})
+
+
+def test_training_settings_go_through_the_strict_converter():
+    """No coercion, unknown settings with a did-you-mean, the source named: as every document."""
+    with pytest.raises(TrainConfigError, match=r"\$\.steps: expected an integer, found str '5'"):
+        make_config({"steps": "5"})
+    with pytest.raises(TrainConfigError, match=r"run/training\.json: \$\.stesp: unknown key 'stesp'; did you mean 'steps'"):
+        make_config({"stesp": 5}, source="run/training.json")
+    with pytest.raises(TrainConfigError) as caught:
+        make_config({"batch_size": 0, "lr": -1.0})
+    assert len(str(caught.value).splitlines()) == 2  # every bad value at once
 
 
 def test_a_global_batch_splits_evenly_over_ranks_or_says_why():

@@ -19,7 +19,7 @@ from blockspec.cli.common import (add_device_argument, add_json_argument, add_pl
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
 # the library names settings and parameters; this command's user knows them as flags
-FLAGS = {**{f"{name}:": f"--{name.replace('_', '-')}:" for name in SETTINGS},
+FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
          "batch_size": "--batch-size", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
 
 

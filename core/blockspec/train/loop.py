@@ -9,35 +9,49 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import attrs
 import torch
 import torch.nn.functional as F
 from attrs import field, frozen
 
-from blockspec.errors import BlockspecError, FieldError
+from blockspec.errors import BlockspecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
-from blockspec.spec.validators import at_least, greater_than, in_range, positive
+from blockspec.spec.validators import Check
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.train.data import CharDataset, batch_seed
+from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
 from blockspec.train.state import load_model_state, load_optimizer_state, model_state, optimizer_state
+
+
+# Value checks live in the types, so every bad setting is reported in one pass (spec/validators.Check);
+# the same Check validates a TrainConfig built in Python.
+COUNT = Check(lambda v: v >= 1, "a positive integer", typed=False)
+NON_NEGATIVE_INT = Check(lambda v: v >= 0, "an integer >= 0", typed=False)
+POSITIVE_NUMBER = Check(lambda v: v > 0.0, "a number > 0.0", typed=False)
+NON_NEGATIVE_NUMBER = Check(lambda v: v >= 0.0, "a number >= 0", typed=False)
+GRAD_CLIP = Check(lambda v: v is None or v > 0.0, "a number > 0.0, or none", typed=False)
+SEED = Check(lambda v: -(2**63) <= v < 2**64, "an integer from -2**63 to 2**64 - 1 (what torch.manual_seed takes)",
+             typed=False)
+Count = Annotated[int, COUNT]
+Steps = Annotated[int, NON_NEGATIVE_INT]
 
 
 @frozen(kw_only=True)
 class TrainConfig:
     """How to train; saved with each checkpoint so ``--resume`` continues with the same settings."""
 
-    steps: int = field(default=600, validator=at_least(0))
-    batch_size: int = field(default=32, validator=positive)  # global: split over the processes
-    lr: float = field(default=3e-3, validator=greater_than(0.0))
-    weight_decay: float = field(default=0.0, validator=at_least(0.0))
-    grad_clip: float | None = 1.0
-    seed: int = field(default=0, validator=in_range(-(2**63), 2**64))  # what torch.manual_seed takes
-    eval_every: int = field(default=100, validator=at_least(0))  # 0: only at the end
-    eval_batches: int = field(default=20, validator=positive)
+    steps: Steps = field(default=600, validator=NON_NEGATIVE_INT)
+    batch_size: Count = field(default=32, validator=COUNT)  # global: split over the processes
+    lr: Annotated[float, POSITIVE_NUMBER] = field(default=3e-3, validator=POSITIVE_NUMBER)
+    weight_decay: Annotated[float, NON_NEGATIVE_NUMBER] = field(default=0.0, validator=NON_NEGATIVE_NUMBER)
+    grad_clip: Annotated[float | None, GRAD_CLIP] = field(default=1.0, validator=GRAD_CLIP)
+    seed: Annotated[int, SEED] = field(default=0, validator=SEED)
+    eval_every: Steps = field(default=100, validator=NON_NEGATIVE_INT)  # 0: only at the end
+    eval_batches: Count = field(default=20, validator=COUNT)
 
 
 class TrainConfigError(BlockspecError, ValueError):
@@ -62,14 +76,13 @@ def check_lm_head(head: Component | None, *, source: str = "the model") -> None:
         "use [head] use = \"lm\" to train this spec")
 
 
-def make_config(settings: dict[str, Any]) -> TrainConfig:
-    """A TrainConfig from plain settings (command-line flags, a checkpoint's JSON); bad values name the setting."""
-    try:
-        return TrainConfig(**settings)
-    except FieldError as error:
-        raise TrainConfigError(f"{error.field}: {error.message}") from None
-    except TypeError as error:
-        raise TrainConfigError(f"unknown training setting: {error}") from None
+def make_config(settings: dict[str, Any], *, source: str = "training settings") -> TrainConfig:
+    """A TrainConfig from plain settings (command-line flags, a checkpoint's JSON) through the strict converter.
+
+    Every bad setting is reported at once, named by its path (``$.lr``), with a did-you-mean for
+    unknown ones; ``source`` names where the settings came from. The CLI turns paths into flags.
+    """
+    return structure_document(settings, TrainConfig, file=source, error=TrainConfigError)
 
 
 @frozen(kw_only=True)
