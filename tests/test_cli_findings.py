@@ -25,13 +25,6 @@ def assets(tmp_path_factory):
     return make_assets(tmp_path_factory.mktemp("assets"))
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def run(capsys, *argv) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()

@@ -6,7 +6,6 @@ import io
 import json
 
 import pytest
-import torch
 
 from blockspec.cli import main
 from blockspec.train.progress import Progress
@@ -17,13 +16,6 @@ from .specs import spec_text
 SPEC = spec_text(name="micro-{positional}", vocab_size=64, context_length=32, d_model=32, n_layers=2, n_heads=4,
                  d_ff=64, positional="{positional}")
 FAST = ["--batch-size", "8", "--eval-batches", "2", "--lr", "1e-2"]
-
-
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

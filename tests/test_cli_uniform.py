@@ -43,13 +43,6 @@ def options(command: str) -> set[str]:
     return {flag for action in subparsers()[command]._actions for flag in action.option_strings}
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A spec, a text and a checkpoint trained for one step: enough for train, generate and the rest."""

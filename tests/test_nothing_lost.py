@@ -39,13 +39,6 @@ FAST = ["--batch-size", "2", "--eval-batches", "1", "--eval-every", "0", "--quie
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, registry):
     """Inputs every command here reads: a spec, a text, a training checkpoint, a Hugging Face directory."""

@@ -36,13 +36,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture(autouse=True)
-def keep_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def sources(tmp_path, registry, capsys):
     """A spec file, a training checkpoint of it (2 steps) and a Hugging Face directory."""
