@@ -105,6 +105,7 @@ class _Assembler:
         self.spec = spec
         self.registry = registry
         self.provenance: dict[str, Component] = {}
+        self.components: dict[tuple[str, str, str | None], Component | None] = {}  # one look-up per component
 
     def model(self) -> Transformer:
         cfg = self.spec.model
@@ -125,23 +126,28 @@ class _Assembler:
     def block(self, index: int, ctx: BuildContext) -> nn.Module:
         """The block component wires layer ``index``; it builds its sublayers through ``ctx.layer``."""
         prefix = f"blocks.{index}"
-        return self.make(self.spec.block, self.layer_context(ctx, index, prefix), prefix)
+        return self.make(self.spec.layer(index).block, self.layer_context(ctx, index, prefix), prefix, layer=index)
 
     def layer_context(self, ctx: BuildContext, index: int, prefix: str) -> BuildContext:
         return attrs.evolve(ctx, layer=_LayerParts(self, ctx, index, prefix))
 
-    def make(self, part: ComponentSpec, ctx: BuildContext, path: str) -> nn.Module:
-        component = self.registry.get(part.kind, part.name, part.distribution)
+    def make(self, part: ComponentSpec, ctx: BuildContext, path: str, layer: int | None = None) -> nn.Module:
+        key = (part.kind, part.name, part.distribution)
+        if key not in self.components:
+            self.components[key] = self.registry.get(*key)
+        component = self.components[key]
+        varied = layer is not None and part != getattr(self.spec, part.kind)
+        where = f" (layer {layer})" if varied else ""
         if component is None:
             raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}.use",
-                                    message=f"{part.kind} {part.use!r} is not available in this registry"))
+                                    message=f"{part.kind} {part.use!r} is not available in this registry{where}"))
         try:
             module = component.build(part.config, ctx)
         except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table
             raise
         except (ValueError, TypeError, RuntimeError, OverflowError) as error:  # torch refuses sizes with these
             raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}",
-                                    message=f"{component.qualified_name} cannot be built: {error}")) from error
+                                    message=f"{component.qualified_name} cannot be built{where}: {error}")) from error
         self.provenance[path] = component
         return module
 
@@ -159,19 +165,22 @@ class _LayerParts:
             raise ValueError(f"a sublayer's name must be a module attribute path, found {name!r}")
         return f"{self._prefix}.{name}"
 
+    def _make(self, kind: str, ctx: BuildContext, path: str) -> nn.Module:
+        part = getattr(self._assembler.spec.layer(self.index), kind)
+        return self._assembler.make(part, ctx, path, layer=self.index)
+
     def attention(self, name: str = "attn") -> nn.Module:
-        return self._assembler.make(self._assembler.spec.attention, self._ctx, self._path(name))
+        return self._make("attention", self._ctx, self._path(name))
 
     def ffn(self, name: str = "ffn") -> nn.Module:
         path = self._path(name)
-        return self._assembler.make(self._assembler.spec.ffn,
-                                    self._assembler.layer_context(self._ctx, self.index, path), path)
+        return self._make("ffn", self._assembler.layer_context(self._ctx, self.index, path), path)
 
     def norm(self, name: str) -> nn.Module:
-        return self._assembler.make(self._assembler.spec.norm, self._ctx, self._path(name))
+        return self._make("norm", self._ctx, self._path(name))
 
     def activation(self, name: str = "act") -> nn.Module:
-        return self._assembler.make(self._assembler.spec.activation, self._ctx, self._path(name))
+        return self._make("activation", self._ctx, self._path(name))
 
 
 def gpt2_initialised(model: nn.Module) -> list[torch.Tensor]:

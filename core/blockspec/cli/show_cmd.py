@@ -7,7 +7,15 @@ import argparse
 import attrs
 
 from blockspec.interop.sources import load_spec_or_checkpoint
-from blockspec.inspect.summary import ModelSummary, ModuleRow, TreeNode, component_tree, fold_blocks, summarize
+from blockspec.inspect.summary import (
+    ModelSummary,
+    ModuleRow,
+    TreeNode,
+    component_tree,
+    fold_blocks,
+    layer_groups,
+    summarize,
+)
 from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
 
 
@@ -42,7 +50,7 @@ def _as_json(summary: ModelSummary) -> dict:
 
 
 def _print(summary: ModelSummary) -> None:
-    rows = [_cells(row) for row in fold_blocks(summary.rows)]
+    rows = [_cells(row) for row in fold_blocks(summary.rows, summary.layer_groups)]
     print(f"{summary.name}  (N = sequence length; batch dimension omitted)\n")
     print_table(("MODULE", "TYPE", "OUTPUT", "PARAMETERS", "COMPONENT", "DISTRIBUTION"), rows, right=(3,))
     print(f"\ntotal parameters      {summary.parameters:>15,}")
@@ -66,7 +74,8 @@ def _run_tree(args: argparse.Namespace, registry) -> int:
         emit_json({"name": spec.model.name, "tree": _tree_json(tree)})
         return 0
     print(f"{spec.model.name}  (N = sequence length; batch dimension omitted; built on the meta device)\n")
-    rows = [(spec.model.name, *_tree_cells(tree)[1:])] + _tree_rows(tree.children, "")
+    uniform = len(set(layer_groups(spec))) <= 1  # layers that [[layers]] configures apart never fold
+    rows = [(spec.model.name, *_tree_cells(tree)[1:])] + _tree_rows(tree.children, "", uniform)
     print_table(("MODULE", "TYPE", "OUTPUT", "PARAMETERS", "PROVIDER"), rows, right=(3,))
     return 0
 
@@ -78,14 +87,14 @@ def _tree_json(node: TreeNode) -> dict:
     return record
 
 
-def _tree_rows(nodes: tuple[TreeNode, ...], indent: str) -> list[tuple[str, ...]]:
+def _tree_rows(nodes: tuple[TreeNode, ...], indent: str, uniform: bool = True) -> list[tuple[str, ...]]:
     """Rows with tree glyphs; blocks after blocks.0 fold into one row when they repeat it."""
-    nodes, folded = _fold_blocks(nodes)
+    nodes, folded = _fold_blocks(nodes) if uniform else (nodes, None)
     rows: list[tuple[str, ...]] = []
     for index, node in enumerate(nodes):
         last = index == len(nodes) - 1 and folded is None
         rows.append((indent + ("└─ " if last else "├─ ") + node.name, *_tree_cells(node)[1:]))
-        rows += _tree_rows(node.children, indent + ("   " if last else "│  "))
+        rows += _tree_rows(node.children, indent + ("   " if last else "│  "), uniform)
     if folded is not None:
         rows.append((indent + "└─ " + folded[0], *folded[1:]))
     return rows

@@ -32,6 +32,7 @@ class ModelSummary:
     parameters: int
     parameters_estimate: int
     rows: tuple[ModuleRow, ...]
+    layer_groups: tuple[int, ...] = ()  # per layer: which distinct configuration it has ([[layers]])
 
 
 def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary:
@@ -42,21 +43,40 @@ def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary
     rows = _rows(model, shapes)
     total = sum(p.numel() for p in model.parameters())
     return ModelSummary(name=spec.model.name, parameters=total,
-                        parameters_estimate=estimate_parameters(spec.model), rows=tuple(rows))
+                        parameters_estimate=estimate_parameters(spec.model), rows=tuple(rows),
+                        layer_groups=layer_groups(spec))
 
 
-def fold_blocks(rows: tuple[ModuleRow, ...] | list[ModuleRow]) -> list[ModuleRow]:
+def layer_groups(spec: ModelSpec) -> tuple[int, ...]:
+    """Each layer's configuration as a number: equal numbers, equal components and configs."""
+    distinct: list[object] = []
+    groups = []
+    for i in range(spec.model.n_layers):
+        layer = spec.layer(i)
+        if layer not in distinct:
+            distinct.append(layer)
+        groups.append(distinct.index(layer))
+    return tuple(groups)
+
+
+def fold_blocks(rows: tuple[ModuleRow, ...] | list[ModuleRow], groups: tuple[int, ...] = ()) -> list[ModuleRow]:
     """blocks.0 in full (with its children); each later run of blocks that repeat one another as one row.
 
     A run of one block keeps its own path (``blocks.1``); a run of k > 1 reads ``blocks.1-3`` with the
     module ``PreNormBlock x3`` and the run's parameters. The children of the folded blocks are left out.
+    ``groups`` (``ModelSummary.layer_groups``) keeps layers that [[layers]] configures differently apart.
     """
     blocks = [r for r in rows if r.path.startswith("blocks.") and r.depth == 0]
     if len(blocks) <= 1:
         return list(rows)
+
+    def group(row: ModuleRow) -> int | None:
+        index = int(row.path.split(".")[1])
+        return groups[index] if index < len(groups) else None
+
     runs: list[list[ModuleRow]] = []
     for block in blocks[1:]:
-        if runs and _same_block(runs[-1][0], block):
+        if runs and _same_block(runs[-1][0], block) and group(runs[-1][0]) == group(block):
             runs[-1].append(block)
         else:
             runs.append([block])
@@ -94,7 +114,7 @@ def symbolic_length(spec: ModelSpec) -> int:
     m = spec.model
     taken = {m.vocab_size, m.context_length, m.d_model, m.n_layers, m.n_heads, m.kv_heads,
              m.d_ff, 2 * m.d_ff, m.head_dim, 1}
-    for part in spec.components():
+    for part in spec.distinct_components():
         taken |= {v for v in vars_of(part.config) if isinstance(v, int)}
     ceiling = min(m.context_length, 509)
     return next((n for n in range(ceiling, 1, -1) if n not in taken), ceiling)

@@ -53,6 +53,8 @@ def common_misfits(spec: ModelSpec) -> list[str]:
                         "x + attn(norm1(x)), x + ffn(norm2(x))")
     if spec.ffn.name != "dense" or spec.ffn.distribution not in (None, "blockspec"):
         problems.append(f"ffn is {spec.ffn.use!r}, expected 'dense': the family's MLP is up, activation, down")
+    if spec.layers:
+        problems.append("the layers differ ([[layers]]): the family configures every layer alike")
     return problems
 
 

@@ -19,7 +19,16 @@ from blockspec.errors import Problem, SpecError, UnknownComponentError
 from blockspec.spec import toml_read as toml_guard
 from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.problems import did_you_mean, flatten, join, locate
-from blockspec.spec.schema import ComponentSpec, InitConfig, ModelConfig, ModelSpec, cross_field_errors
+from blockspec.spec.schema import (
+    LAYER_KINDS,
+    ComponentSpec,
+    InitConfig,
+    LayerRule,
+    LayerSpec,
+    ModelConfig,
+    ModelSpec,
+    cross_field_errors,
+)
 from blockspec.spec.strict import CONVERTER, SHORT, describe
 
 DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
@@ -27,7 +36,14 @@ DEFAULT_FFN = "blockspec:dense"
 BLOCKS_DISTRIBUTION = "blockspec-blocks"  # [block] defaults to its "pre" or "post", as [model] norm_placement says
 PLACEMENT_BLOCKS = ("pre", "post")  # the blocks that norm_placement names
 OPTIONAL_TABLES = ("init",)
-TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES)
+LAYERS = "layers"  # the [[layers]] array of tables: per-layer overrides
+TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, LAYERS)
+SELECTORS = ("index", "every", "offset", "from", "to")  # as written; "from"/"to" are LayerRule's start/stop
+MODEL_WIDE = {  # kinds a [[layers]] entry may not vary, and why
+    "positional": "positional is model-wide: one module holds the position tables every layer uses "
+                  "(per-layer RoPE needs the attention to own its rotary; not supported yet)",
+    "head": "head is model-wide: the model has one output layer",
+}
 
 
 class Resolved(Protocol):
@@ -101,6 +117,8 @@ class _SpecReader:
         self.text = text
         self.problems: list[Problem] = []
         self.unknown_component = False
+        self.tables: dict[str, dict[str, Any]] = {}  # each kind's table as written (its default filled in)
+        self.resolved: dict[tuple[str, str], Resolved | Unresolved] = {}
 
     def read(self, data: dict[str, Any]) -> ModelSpec:
         self._check_tables(data)
@@ -111,10 +129,11 @@ class _SpecReader:
         parts = {kind: self._component(kind, data.get(kind), defaults.get(kind)) for kind in SECTIONS}
         model = self._placement(model, parts["block"], placement)
         init = self._init(data.get("init"))
+        rules, resolved = _LayerReader(self, model, parts).read(data.get(LAYERS))
         if self.problems:
             error_cls = UnknownComponentError if self.unknown_component and len(self.problems) == 1 else SpecError
             raise error_cls(self.problems)
-        return ModelSpec(model=model, init=init, source=self.file, **parts)
+        return ModelSpec(model=model, init=init, source=self.file, layers=rules, resolved_layers=resolved, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
         line = locate(self.text, path) if self.text else None
@@ -125,6 +144,10 @@ class _SpecReader:
             if key not in TOP_LEVEL:
                 self.problem(join("$", key), f"unknown table [{SHORT.repr(key)}]", did_you_mean(key, TOP_LEVEL))
         for key in TOP_LEVEL:
+            if key == LAYERS:
+                if key in data and not (isinstance(data[key], list) and all(isinstance(e, dict) for e in data[key])):
+                    self.problem(f"$.{key}", f"expected an array of tables [[{key}]], found {describe(data[key])}")
+                continue
             if key in data and not isinstance(data[key], dict):
                 self.problem(f"$.{key}", f"expected a table [{key}], found {describe(data[key])}")
 
@@ -170,6 +193,7 @@ class _SpecReader:
             return None
         if not isinstance(table, dict):
             return None
+        self.tables[kind] = table
         fields = dict(table)
         use = fields.pop("use", None)
         component = self._resolve(kind, use, fields)
@@ -181,8 +205,8 @@ class _SpecReader:
         pinned = component.distribution if ":" in use else None
         return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config)
 
-    def _resolve(self, kind: str, use: Any, fields: dict[str, Any]) -> Resolved | None:
-        path = f"$.{kind}.use"
+    def _resolve(self, kind: str, use: Any, fields: dict[str, Any], path: str | None = None) -> Resolved | None:
+        path = path or f"$.{kind}.use"
         if not isinstance(use, str):
             found = "nothing" if use is None else describe(use)
             names = ", ".join(repr(n) for n in self.resolver.names(kind)) or "none installed"
@@ -190,7 +214,9 @@ class _SpecReader:
             hint = f"found the key {SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
             self.problem(path, f"expected the name of a {kind} ({names}), found {found}", hint)
             return None
-        found = self.resolver.resolve(kind, use)
+        if (kind, use) not in self.resolved:  # once per distinct component, however many layers name it
+            self.resolved[kind, use] = self.resolver.resolve(kind, use)
+        found = self.resolved[kind, use]
         if isinstance(found, Unresolved):
             self.unknown_component = self.unknown_component or found.unknown
             self.problem(path, found.message, found.hint)
@@ -204,6 +230,154 @@ class _SpecReader:
             for where, message, hint in flatten(error, path, cls):
                 self.problem(where, message, hint)
             return None
+
+
+class _LayerReader:
+    """The [[layers]] entries: their selectors, then each layer's tables merged and checked.
+
+    A layer's table of a kind is the model-wide table with each entry that selects the layer
+    merged over it in order (an entry that gives ``use`` starts afresh from its own fields). Each
+    distinct merged table is resolved and structured once; its problems name the entry that
+    wrote the field and the layers they occur in.
+    """
+
+    def __init__(self, reader: _SpecReader, model: ModelConfig | None, parts: dict[str, ComponentSpec | None]) -> None:
+        self.reader, self.model, self.parts = reader, model, parts
+        self.seen: dict[str, tuple[ComponentSpec | None, list[tuple[str, str, str | None]]]] = {}
+        self.found: dict[tuple[str, str, str | None], list[int]] = {}  # (path, message, hint) -> layers
+
+    def read(self, entries: Any) -> tuple[tuple[LayerRule, ...], tuple[LayerSpec, ...]]:
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return (), ()  # absent, or reported by _check_tables
+        rules = [self._rule(k, entry) for k, entry in enumerate(entries)]
+        if not rules or self.model is None:
+            return (), ()
+        layers = [self._layer(i, rules) for i in range(self.model.n_layers)]
+        for (path, message, hint), where in self.found.items():
+            which = f"layer {where[0]}" if len(where) == 1 else "layers " + _ranges(where)
+            self.reader.problem(path, f"{message} ({which})", hint)
+        if None in rules or None in layers:
+            return (), ()
+        return tuple(rules), tuple(layers)  # type: ignore[arg-type]
+
+    def _rule(self, k: int, entry: dict[str, Any]) -> LayerRule | None:
+        problem, path = self.reader.problem, f"$.layers[{k}]"
+        before = len(self.reader.problems)
+        for key in entry:
+            if key in MODEL_WIDE:
+                problem(join(path, key), MODEL_WIDE[key], f"vary one of {', '.join(LAYER_KINDS)}")
+            elif key not in SELECTORS and key not in LAYER_KINDS:
+                problem(join(path, key), f"unknown key {SHORT.repr(key)}",
+                        did_you_mean(key, (*SELECTORS, *LAYER_KINDS))
+                        or f"expected a selector ({', '.join(SELECTORS)}) or a table of {', '.join(LAYER_KINDS)}")
+        index = entry.get("index")
+        if index is not None and not (isinstance(index, list) and index and all(_layer_number(v) for v in index)):
+            problem(join(path, "index"), f"expected an array of layer numbers (integers >= 0), found {describe(index)}")
+        for key, least in (("every", 1), ("offset", 0), ("from", 0), ("to", 0)):
+            value = entry.get(key)
+            if value is not None and not (type(value) is int and value >= least):
+                problem(join(path, key), f"expected an integer >= {least}, found {describe(value)}")
+        given = [key for key in SELECTORS if key in entry]
+        if not given:
+            problem(path, "selects no layers", "add index = [...], every = k (with offset = j), from = i or to = i")
+        elif "index" in given and len(given) > 1:
+            problem(join(path, "index"), "index lists its layers itself: give it alone",
+                    "or drop it for every, offset, from and to")
+        elif "offset" in given and "every" not in given:
+            problem(join(path, "offset"), "offset counts in steps of every: add every")
+        overrides = {kind: entry[kind] for kind in LAYER_KINDS if kind in entry}
+        for kind, table in overrides.items():
+            if not isinstance(table, dict):
+                problem(join(path, kind), f"expected a table of {kind} fields, found {describe(table)}")
+        if not overrides and len(self.reader.problems) == before:
+            problem(path, "changes nothing", f"add a table of the fields to change, e.g. attention = {{ ... }}")
+        if len(self.reader.problems) > before:
+            return None
+        rule = LayerRule(index=tuple(index) if index is not None else None, every=entry.get("every"),
+                         offset=entry.get("offset"), start=entry.get("from"), stop=entry.get("to"),
+                         overrides={kind: dict(table) for kind, table in overrides.items()})
+        return rule if self.model is None or self._in_range(rule, path) else None
+
+    def _in_range(self, rule: LayerRule, path: str) -> bool:
+        n = self.model.n_layers
+        outside = f"the model has {n} layers" + (f" (0 to {n - 1})" if n else "")
+        bad = [(join(path, "index"), v) for v in rule.index or () if v >= n]
+        bad += [(join(path, key), v) for key, v in (("from", rule.start), ("to", rule.stop)) if v is not None and v >= n]
+        for where, value in bad:
+            self.reader.problem(where, f"layer {value} does not exist: {outside}")
+        if not bad and not rule.layers(n):
+            self.reader.problem(path, f"selects no layer: {outside}")
+            return False
+        return not bad
+
+    def _layer(self, i: int, rules: list[LayerRule | None]) -> LayerSpec | None:
+        parts = {}
+        for kind in LAYER_KINDS:
+            base, table = self.parts[kind], self.reader.tables.get(kind)
+            if base is None or table is None:
+                return None  # reported at the model-wide table
+            merged, origin, last = dict(table), dict.fromkeys(table), None
+            for k, rule in enumerate(rules):
+                if rule is None or kind not in rule.overrides or not rule.selects(i):
+                    continue
+                override = rule.overrides[kind]
+                if "use" in override:  # another component (or a fresh one): none of the fields before apply
+                    merged, origin = {}, {}
+                merged.update(override)
+                origin.update(dict.fromkeys(override, k))
+                last = k
+            parts[kind] = base if last is None else self._component(kind, i, merged, origin, last)
+        return None if None in parts.values() else LayerSpec(**parts)
+
+    def _component(self, kind: str, i: int, table: dict[str, Any], origin: dict[str, int | None],
+                   last: int) -> ComponentSpec | None:
+        key = repr((kind, table, origin))
+        if key not in self.seen:
+            self.seen[key] = self._structure(kind, table, origin, last)
+        component, problems = self.seen[key]
+        for found in problems:
+            self.found.setdefault(found, []).append(i)
+        return component
+
+    def _structure(self, kind: str, table: dict[str, Any], origin: dict[str, int | None],
+                   last: int) -> tuple[ComponentSpec | None, list[tuple[str, str, str | None]]]:
+        reader, kept = self.reader, self.reader.problems
+        reader.problems = []
+        try:
+            fields = dict(table)
+            use = fields.pop("use", None)
+            component = reader._resolve(kind, use, fields, path="$.@.use")
+            config = reader._structure(fields, component.config_cls, "$.@") if component is not None else None
+            problems = reader.problems
+        finally:
+            reader.problems = kept
+
+        def where(path: str) -> str:
+            rest = path.removeprefix("$.@")
+            name = rest[1:].split(".")[0].split("[")[0] if rest.startswith(".") else None
+            k = origin.get(name) if name in origin else None
+            return f"$.layers[{last if k is None else k}].{kind}{rest}"
+
+        found = [(where(p.path or "$.@"), p.message, p.hint) for p in problems]
+        if config is None:
+            return None, found
+        pinned = component.distribution if ":" in use else None
+        return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config), found
+
+
+def _layer_number(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 4] -> "0-2, 4"."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def _given_placement(table: Any) -> str | None:
@@ -261,7 +435,16 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
         document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
     if spec.init != InitConfig():  # written only when chosen: GPT-2's default dumps as before
         document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
+    if spec.layers:  # written only when given: specs without [[layers]] dump as before
+        document[LAYERS] = [_rule_dict(rule) for rule in spec.layers]
     return document
+
+
+def _rule_dict(rule: LayerRule) -> dict[str, Any]:
+    """One [[layers]] entry as written: its selector, then its override tables."""
+    selector = {"index": list(rule.index) if rule.index is not None else None, "every": rule.every,
+                "offset": rule.offset, "from": rule.start, "to": rule.stop}
+    return {**_drop_none(selector), **{kind: dict(table) for kind, table in rule.overrides.items()}}
 
 
 def _is_default(part: ComponentSpec, model: ModelConfig) -> bool:
@@ -276,8 +459,23 @@ def _is_default(part: ComponentSpec, model: ModelConfig) -> bool:
 
 
 def dump_spec(spec: ModelSpec) -> str:
-    """TOML text that loads back to an equal spec."""
-    return tomli_w.dumps(spec_to_dict(spec))
+    """TOML text that loads back to an equal spec; [[layers]] entries last, as a reader writes them."""
+    document = spec_to_dict(spec)
+    entries = document.pop(LAYERS, [])
+    if any(isinstance(value, dict) for entry in entries for table in entry.values() if isinstance(table, dict)
+           for value in table.values()):  # a nested table in an override: let tomli_w choose the layout
+        return tomli_w.dumps({**document, LAYERS: entries})
+    return tomli_w.dumps(document) + "".join(_entry_text(entry) for entry in entries)
+
+
+def _entry_text(entry: dict[str, Any]) -> str:
+    """``[[layers]]`` with its selector, then a ``[layers.<kind>]`` sub-table per override."""
+    selector = {k: v for k, v in entry.items() if not isinstance(v, dict)}
+    text = f"\n[[{LAYERS}]]\n" + tomli_w.dumps(selector)
+    for kind, table in entry.items():
+        if isinstance(table, dict):
+            text += f"\n[{LAYERS}.{kind}]\n" + tomli_w.dumps(table)
+    return text
 
 
 def _drop_none(table: dict[str, Any]) -> dict[str, Any]:

@@ -69,11 +69,36 @@ def _allowed(names: list[str]) -> str:
     return "allowed keys: " + ", ".join(names) if names else "this component takes no keys besides use"
 
 
+_ARRAY_ENTRY = re.compile(r"([A-Za-z0-9_-]+)\[(\d+)\]")
+
+
+def _locate_entry(lines: list[str], name: str, k: int, keys: list[str]) -> int | None:
+    """The line of ``$.name[k].key...`` in an array of tables: the k-th [[name]], then the key inside it."""
+    starts = [i for i, ln in enumerate(lines) if ln.strip().replace(" ", "").startswith(f"[[{name}]]")]
+    if k >= len(starts):
+        return None
+    end = next((s for s in starts if s > starts[k]), len(lines))
+    best = starts[k]
+    for depth, key in enumerate(keys[:2]):
+        for i in range(best + 1, end):
+            stripped = lines[i].strip()
+            if stripped.split("=", 1)[0].strip() == key or (
+                    depth == 0 and stripped.replace(" ", "") == f"[{name}.{key}]"):
+                best = i
+                break
+        else:
+            break
+    return best + 1
+
+
 def locate(text: str, path: str) -> int | None:
     """Best-effort line number of ``$.table.key`` in the TOML text."""
     parts = path.removeprefix("$.").split(".")
-    header = f"[{parts[0]}]"
     lines = text.splitlines()
+    entry = _ARRAY_ENTRY.fullmatch(parts[0])
+    if entry:
+        return _locate_entry(lines, entry[1], int(entry[2]), parts[1:])
+    header = f"[{parts[0]}]"
     start = next((i for i, ln in enumerate(lines) if ln.strip().startswith(header)), None)
     if start is None or len(parts) == 1:
         return None if start is None else start + 1

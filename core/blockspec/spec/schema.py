@@ -105,6 +105,52 @@ class ComponentSpec:
         return f"{self.distribution}:{self.name}" if self.distribution else self.name
 
 
+LAYER_KINDS = ("block", "attention", "ffn", "norm", "activation")  # the kinds a [[layers]] entry may vary
+
+
+@frozen(kw_only=True)
+class LayerSpec:
+    """The components one layer is built from: the model-wide tables with the [[layers]] overrides applied."""
+
+    block: ComponentSpec
+    attention: ComponentSpec
+    ffn: ComponentSpec
+    norm: ComponentSpec  # the layer's norms; the final norm is always the model-wide [norm]
+    activation: ComponentSpec
+
+    def components(self) -> tuple[ComponentSpec, ...]:
+        return tuple(getattr(self, kind) for kind in LAYER_KINDS)
+
+
+@frozen(kw_only=True)
+class LayerRule:
+    """One [[layers]] entry as written: which layers (a selector) and the tables it overrides there.
+
+    The selector is ``index`` (a list of layers), or any of ``every``/``offset`` (layers
+    offset, offset+every, ...) and ``start``/``stop`` (TOML ``from``/``to``, both inclusive),
+    which then all must hold. ``overrides`` maps a kind in LAYER_KINDS to its fields as written,
+    ``use`` among them when the entry changes the component.
+    """
+
+    index: tuple[int, ...] | None = None
+    every: int | None = None
+    offset: int | None = None
+    start: int | None = None
+    stop: int | None = None
+    overrides: dict[str, dict[str, Any]]
+
+    def selects(self, layer: int) -> bool:
+        if self.index is not None:
+            return layer in self.index
+        if self.start is not None and layer < self.start or self.stop is not None and layer > self.stop:
+            return False
+        offset = self.offset or 0
+        return self.every is None or layer >= offset and (layer - offset) % self.every == 0
+
+    def layers(self, n_layers: int) -> list[int]:
+        return [i for i in range(n_layers) if self.selects(i)]
+
+
 @frozen(kw_only=True)
 class ModelSpec:
     """A whole validated spec. ``source`` is where it came from, for messages only."""
@@ -118,10 +164,33 @@ class ModelSpec:
     block: ComponentSpec
     ffn: ComponentSpec
     init: InitConfig = InitConfig()
+    layers: tuple[LayerRule, ...] = ()  # the [[layers]] entries as written; () when every layer is alike
+    resolved_layers: tuple[LayerSpec, ...] = field(default=(), eq=False, repr=False)  # layer i's, from the rules
     source: str | None = field(default=None, eq=False)
 
+    def __attrs_post_init__(self) -> None:
+        if self.layers and len(self.resolved_layers) != self.model.n_layers:
+            raise ValueError("a spec with [[layers]] needs each layer resolved: read it with load_spec or structure_spec")
+
     def components(self) -> tuple[ComponentSpec, ...]:
+        """The model-wide tables."""
         return (self.positional, self.norm, self.activation, self.head, self.attention, self.block, self.ffn)
+
+    def layer(self, index: int) -> LayerSpec:
+        """The components layer ``index`` is built from."""
+        if not 0 <= index < self.model.n_layers:
+            raise IndexError(f"layer {index} of a model with {self.model.n_layers} layers")
+        if self.resolved_layers:
+            return self.resolved_layers[index]
+        return LayerSpec(block=self.block, attention=self.attention, ffn=self.ffn, norm=self.norm,
+                         activation=self.activation)
+
+    def distinct_components(self) -> tuple[ComponentSpec, ...]:
+        """The model-wide tables, then each per-layer component that differs from them, once."""
+        found = list(self.components())
+        for layer in self.resolved_layers:
+            found += [part for part in layer.components() if part not in found]
+        return tuple(found)
 
 
 def estimate_parameters(model: ModelConfig) -> int:
