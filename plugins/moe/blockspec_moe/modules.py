@@ -42,9 +42,9 @@ class MixtureOfExperts(nn.Module):
     """
 
     tap_ops: ClassVar[dict[str, str]] = {
-        "router": "router(x): d -> {n_experts} logits",
-        "experts": "top-{top_k} experts, weighted sum",
-        "shared": "shared experts",
+        "router": "router(x): d -> {router.out_features} expert logits",
+        "experts": "top-k experts of {act}, routing-weighted sum",
+        "shared": "shared experts: {shared}",
     }
 
     def __init__(self, *, d_model: int, d_ff: int, n_experts: int, top_k: int, renormalize: bool,
@@ -114,8 +114,8 @@ class MixtureOfExperts(nn.Module):
         out = torch.zeros_like(flat).index_add_(0, tokens, y)  # (T, d)
         out = tap(self, "experts", out)
 
-        if self.training:
-            share = counts.to(probs.dtype) / max(flat.shape[0], 1)  # f_e: sums to top_k
+        if self.training and flat.shape[0]:
+            share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
             self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
         else:
             self.aux_loss = None
