@@ -108,7 +108,13 @@ class MixtureOfExperts(nn.Module):
         counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
         tokens = order // self.top_k  # the token of each sorted assignment
         grouped = flat.index_select(0, tokens)  # (T·k, d), expert by expert
-        outputs = [self.expert(e, chunk) for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
+        # unbind once: indexing the (E, ...) parameters per expert would give each expert's backward a full-size
+        # zero gradient to scatter into; unbind's backward stacks the E gradients in one copy
+        ups, downs = self.up.unbind(0), self.down.unbind(0)
+        up_biases = [None] * self.n_experts if self.up_bias is None else self.up_bias.unbind(0)
+        down_biases = [None] * self.n_experts if self.down_bias is None else self.down_bias.unbind(0)
+        outputs = [F.linear(self.act(F.linear(chunk, ups[e], up_biases[e])), downs[e], down_biases[e])
+                   for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
         y = torch.cat(outputs) if outputs else grouped
         y = y * weights.reshape(-1)[order].unsqueeze(-1)
         out = torch.zeros_like(flat).index_add_(0, tokens, y)  # (T, d)
