@@ -18,6 +18,7 @@ from blockspec.train.data import CharDataset
 from blockspec.train.generate import generate
 from blockspec.train.loop import Trainer, TrainConfig, auxiliary_loss
 from tests.conftest import ROOT
+from tests.verify.test_random_specs import moe_parameters
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -110,6 +111,9 @@ def test_shared_experts_and_their_gate_add_to_the_routed_sum(registry):
         shared = torch.sigmoid(moe.shared.gate(x)) * moe.shared.down(moe.shared.act(moe.shared.up(x)))
         assert torch.allclose(moe.shared_output(x), shared)
         assert torch.allclose(moe(x), naive_mixture(moe, x), atol=1e-5)
+    real = sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for p in moe.parameters()) == moe_parameters(spec)
+    assert blockspec.count_parameters(spec, registry).exact == real
     names = trace(model, torch.arange(6).view(1, 6)).names()
     assert {"blocks.1.ffn.router", "blocks.1.ffn.experts", "blocks.1.ffn.shared"} <= set(names)
 
