@@ -27,6 +27,19 @@ def _first_party(component) -> bool:
     return component.distribution in FIRST_PARTY
 
 
+def moe_parameters(spec: blockspec.ModelSpec) -> int:
+    """blockspec-moe's ffn:moe: router (d -> E), E experts of the dense FFN's shape, the shared experts
+    fused into one FFN of n_shared·d_ff, and their gate (d -> 1)."""
+    m, config = spec.model, spec.ffn.config
+    d_ff = config.expert_d_ff if config.expert_d_ff is not None else m.d_ff
+    gated = 2 if spec.activation.name in GATED else 1
+    dense = m.d_model * gated * d_ff + d_ff * m.d_model + ((gated * d_ff + m.d_model) if m.bias else 0)
+    shared_ff = config.n_shared_experts * d_ff
+    shared = (m.d_model * gated * shared_ff + shared_ff * m.d_model + ((gated * shared_ff + m.d_model) if m.bias else 0)
+              + (m.d_model if config.shared_gate else 0)) if shared_ff else 0
+    return config.n_experts * m.d_model + config.n_experts * dense + shared
+
+
 def closed_form(spec: blockspec.ModelSpec) -> int:
     """The exact parameter count of a first-party spec, from sizes alone."""
     m = spec.model
@@ -39,8 +52,9 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
         head = 0 if head_config.tied else m.vocab_size * m.d_model
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
+    ffn = moe_parameters(spec) if spec.ffn.name == "moe" else None
     return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m), head=head,
-                            gated=spec.activation.name in GATED, norms=block_norms(spec))
+                            gated=spec.activation.name in GATED, ffn=ffn, norms=block_norms(spec))
 
 
 @settings(max_examples=15)

@@ -32,7 +32,7 @@ PROMISES = MappingProxyType(
         "head": frozenset({"lm", "tied", "classifier"}),
         "attention": frozenset({"causal"}),
         "block": frozenset({"residual", "causal"}),
-        "ffn": frozenset({"position_wise"}),
+        "ffn": frozenset({"position_wise", "mixture"}),
     }
 )
 
@@ -57,5 +57,8 @@ PROMISE_MEANINGS = MappingProxyType(
         ("block", "residual"): "with sublayers that output zero, the block is the identity",
         ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
         ("ffn", "position_wise"): "each token's output depends on that token alone",
+        ("ffn", "mixture"): ("a routed mixture of experts (router, top_k, renormalize, up, down, act, "
+                             "shared_output; config fields n_experts, top_k): the output is the top-k softmax-weighted "
+                             "sum of the chosen experts plus the shared part"),
     }
 )

@@ -107,6 +107,13 @@ class History:
         return cls(list(data["train"]), [Evaluation(**e) for e in data["evals"]])
 
 
+def auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
+    """Σ aux_loss_coef·aux_loss over the modules that kept one in their last forward (a mixture of
+    experts' load-balancing loss, after a training-mode forward); None when no module did."""
+    terms = [m.aux_loss_coef * m.aux_loss for m in model.modules() if getattr(m, "aux_loss", None) is not None]
+    return torch.stack(terms).sum() if terms else None
+
+
 class Trainer:
     """Owns the (possibly wrapped) model, its AdamW optimizer and the step count."""
 
@@ -147,7 +154,9 @@ class Trainer:
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = self.model(x)  # (B, T, |V|)
-        return F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
+        aux = auxiliary_loss(self.model) if self.model.training else None
+        return loss if aux is None else loss + aux
 
     def train_step(self) -> float:
         """One AdamW step on the global batch of this step; returns its loss averaged over ranks."""

@@ -1,0 +1,130 @@
+"""The mixture-of-experts FFN: route, group tokens by expert, one matmul pair per expert, combine."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from blockspec.plugin import tap
+
+
+class SharedExperts(nn.Module):
+    """The always-applied dense expert(s): n_shared experts fused into one FFN of n_shared·d_ff."""
+
+    def __init__(self, *, d_model: int, d_ff: int, activation: nn.Module, bias: bool, gate: bool) -> None:
+        super().__init__()
+        width = 2 * d_ff if getattr(activation, "gated", False) else d_ff
+        self.up = nn.Linear(d_model, width, bias=bias)
+        self.act = activation
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.gate = nn.Linear(d_model, 1, bias=False) if gate else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(self.act(self.up(x)))
+        return y if self.gate is None else torch.sigmoid(self.gate(x)) * y
+
+
+class MixtureOfExperts(nn.Module):
+    """Top-k routed experts (and shared ones) in place of the dense FFN: (B, N, d) -> (B, N, d).
+
+    Weights, in Hugging Face Mixtral's layout: ``router.weight`` (E, d) (Mixtral's ``gate``),
+    ``up`` (E, k·d_ff, d) (Mixtral's w1 then w3: gate half first, as the gated activations split),
+    ``down`` (E, d, d_ff) (w2), with k = 2 for a gated activation and 1 otherwise; ``up_bias``
+    (E, k·d_ff) and ``down_bias`` (E, d) when the spec has biases.
+
+    After each forward in training mode ``aux_loss`` holds the load-balancing loss
+    E·Σ_e f_e·P_e (f_e: the share of routed assignments that went to expert e, P_e: the mean
+    router probability of e), and ``aux_loss_coef`` its weight; in eval mode ``aux_loss`` is None.
+    """
+
+    tap_ops: ClassVar[dict[str, str]] = {
+        "router": "router(x): d -> {router.out_features} expert logits",
+        "experts": "top-k experts of {act}, routing-weighted sum",
+        "shared": "shared experts: {shared}",
+    }
+
+    def __init__(self, *, d_model: int, d_ff: int, n_experts: int, top_k: int, renormalize: bool,
+                 activation: nn.Module, bias: bool, n_shared_experts: int = 0,
+                 shared_activation: nn.Module | None = None, shared_gate: bool = False,
+                 aux_loss_coef: float = 0.0, n_layers: int = 1) -> None:
+        super().__init__()
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"top_k={top_k} must be between 1 and n_experts={n_experts}")
+        self.n_experts, self.top_k, self.renormalize = n_experts, top_k, renormalize
+        self.d_ff, self.aux_loss_coef = d_ff, aux_loss_coef
+        self.aux_loss: torch.Tensor | None = None
+        width = 2 * d_ff if getattr(activation, "gated", False) else d_ff
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.act = activation
+        # GPT-2's initialisation, as [init]'s defaults give a dense FFN's up and down linears
+        self.up = nn.Parameter(torch.empty(n_experts, width, d_model))
+        self.down = nn.Parameter(torch.empty(n_experts, d_model, d_ff))
+        nn.init.normal_(self.up, std=0.02)
+        nn.init.normal_(self.down, std=0.02 / math.sqrt(2 * max(n_layers, 1)))
+        self.up_bias = nn.Parameter(torch.zeros(n_experts, width)) if bias else None
+        self.down_bias = nn.Parameter(torch.zeros(n_experts, d_model)) if bias else None
+        self.shared = None
+        if n_shared_experts > 0:
+            if shared_activation is None:
+                raise TypeError("shared experts need their own activation module (shared_activation)")
+            self.shared = SharedExperts(d_model=d_model, d_ff=n_shared_experts * d_ff, activation=shared_activation,
+                                        bias=bias, gate=shared_gate)
+
+    def extra_repr(self) -> str:
+        return f"n_experts={self.n_experts}, top_k={self.top_k}, renormalize={self.renormalize}, d_ff={self.d_ff}"
+
+    def routing(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Router logits (T, E) -> weights (T, k) in the logits' dtype, expert ids (T, k), probabilities (T, E)."""
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, index = torch.topk(probs, self.top_k, dim=-1)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(logits.dtype), index, probs
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert ``e`` alone on tokens (T, d) -> (T, d)."""
+        up_bias = None if self.up_bias is None else self.up_bias[e]
+        down_bias = None if self.down_bias is None else self.down_bias[e]
+        return F.linear(self.act(F.linear(x, self.up[e], up_bias)), self.down[e], down_bias)
+
+    def shared_output(self, x: torch.Tensor) -> torch.Tensor:
+        """What the shared experts add (zeros without any): (..., d) -> (..., d)."""
+        return torch.zeros_like(x) if self.shared is None else self.shared(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])  # (T, d)
+        logits = self.router(flat)  # (T, E)
+        tap(self, "router", logits.view(*shape[:-1], self.n_experts))
+        weights, index, probs = self.routing(logits)  # (T, k), (T, k), (T, E)
+
+        # group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert
+        assigned = index.reshape(-1)  # (T·k,)
+        order = assigned.argsort(stable=True)
+        counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
+        tokens = order // self.top_k  # the token of each sorted assignment
+        grouped = flat.index_select(0, tokens)  # (T·k, d), expert by expert
+        # unbind once: indexing the (E, ...) parameters per expert would give each expert's backward a full-size
+        # zero gradient to scatter into; unbind's backward stacks the E gradients in one copy
+        ups, downs = self.up.unbind(0), self.down.unbind(0)
+        up_biases = [None] * self.n_experts if self.up_bias is None else self.up_bias.unbind(0)
+        down_biases = [None] * self.n_experts if self.down_bias is None else self.down_bias.unbind(0)
+        outputs = [F.linear(self.act(F.linear(chunk, ups[e], up_biases[e])), downs[e], down_biases[e])
+                   for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
+        y = torch.cat(outputs) if outputs else grouped
+        y = y * weights.reshape(-1)[order].unsqueeze(-1)
+        out = torch.zeros_like(flat).index_add_(0, tokens, y)  # (T, d)
+        out = tap(self, "experts", out)
+
+        if self.training and flat.shape[0]:
+            share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
+            self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
+        else:
+            self.aux_loss = None
+        if self.shared is not None:
+            out = out + tap(self, "shared", self.shared(flat))
+        return out.view(shape)
