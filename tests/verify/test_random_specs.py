@@ -39,7 +39,7 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
         head = 0 if head_config.tied else m.vocab_size * m.d_model
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
-    return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m), head=head,
+    return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m, spec.attention.config), head=head,
                             gated=spec.activation.name in GATED, norms=block_norms(spec))
 
 
