@@ -42,7 +42,8 @@ What is here:
   passes the ``LayerCache`` only when decoding. ``PreNormBlock`` and ``PostNormBlock`` are the
   core's two classic layouts.
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
-  ``greater_than``, ``in_range``, ``one_of``.
+  ``greater_than``, ``in_range``, ``one_of``. ``OMIT_DEFAULT``: field metadata that keeps a field
+  out of dumped specs while it holds its default (for options added after specs were written).
 - ``ContextLengthError``: what a bounded positional encoder raises past its table.
 - Kind base classes: ``PositionalEncoding`` (every positional component subclasses it: flags
   ``adds``/``rotates``/``biases`` and hooks ``embed``/``rotate``/``score_bias``,
@@ -69,7 +70,7 @@ from blockspec.assembly.context import BuildContext, LayerParts
 from blockspec.errors import ContextLengthError
 from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
-from blockspec.spec.validators import at_least, greater_than, in_range, one_of, positive
+from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive
 
 if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
@@ -103,6 +104,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "API_VERSION",
+    "OMIT_DEFAULT",
     "Activation",
     "Build",
     "BuildContext",

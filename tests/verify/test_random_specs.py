@@ -53,8 +53,8 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
     ffn = moe_parameters(spec) if spec.ffn.name == "moe" else None
-    return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m), head=head,
-                            gated=spec.activation.name in GATED, ffn=ffn, norms=block_norms(spec))
+    return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m, spec.attention.config),
+                            head=head, gated=spec.activation.name in GATED, ffn=ffn, norms=block_norms(spec))
 
 
 @settings(max_examples=15)

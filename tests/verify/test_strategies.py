@@ -44,7 +44,8 @@ def test_a_field_without_a_type_strategy_or_default_is_a_clear_error():
 @settings(max_examples=30)
 @given(model_configs())
 def test_model_sizes_are_consistent(model):
-    assert model.d_model == model.n_heads * model.head_dim and model.head_dim % 2 == 0
+    assert model.head_dim % 2 == 0 and (model.given_head_dim is not None
+                                        or model.d_model == model.n_heads * model.head_dim)
     assert model.n_heads % model.kv_heads == 0
 
 

@@ -118,6 +118,7 @@ class _Assembler:
             final_norm=self.make(self.spec.norm, ctx, "final_norm") if cfg.has_final_norm else nn.Identity(),
             head=self.make(self.spec.head, ctx, "head"),
             dropout=cfg.dropout,
+            embedding_scale=cfg.embedding_multiplier,
             spec=self.spec,
             provenance=self.provenance,  # filled by the make() calls above, evaluated first
         )

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from attrs import frozen
+from typing import Literal
+
+from attrs import field, frozen
+from attrs.validators import optional
+
+from blockspec.spec.validators import OMIT_DEFAULT, greater_than, positive
 
 from blockspec.assembly.context import BuildContext
 from blockspec.registry.hookspecs import hookimpl
@@ -10,7 +15,24 @@ from blockspec.registry.hookspecs import hookimpl
 
 @frozen(kw_only=True)
 class CausalAttentionConfig:
-    """Causal self-attention on SDPA with a fused qkv projection; GQA through n_kv_heads."""
+    """Causal self-attention on SDPA with a fused qkv projection; GQA through n_kv_heads.
+
+    Every option is off by default (the plain attention):
+    qk_norm: "head" RMS-normalises q and k over each head's head_dim (Qwen3, Gemma 3), "all" over all
+    heads' width (OLMo 2), before rotation, with learned scales q_norm and k_norm (eps qk_norm_eps);
+    logit_softcap: scores -> cap·tanh(scores/cap) before the mask (Gemma 2), on an explicit softmax;
+    sliding_window: each query attends to the last w positions, its own included (the KV cache too);
+    query_scale: what q·kᵀ is multiplied by, instead of 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar**-0.5);
+    qkv_bias, out_bias: biases of the qkv and output projections, defaulting to [model] bias (Qwen2: true, false).
+    """
+
+    qk_norm: Literal["none", "head", "all"] = field(default="none", metadata=OMIT_DEFAULT)
+    qk_norm_eps: float = field(default=1e-6, validator=greater_than(0.0), metadata=OMIT_DEFAULT)
+    logit_softcap: float | None = field(default=None, validator=optional(greater_than(0.0)))
+    sliding_window: int | None = field(default=None, validator=optional(positive))
+    query_scale: float | None = field(default=None, validator=optional(greater_than(0.0)))
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
 
 
 def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
@@ -23,6 +45,14 @@ def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
         n_kv_heads=model.kv_heads,
         bias=model.bias,
         dropout=model.dropout,
+        head_dim=model.head_dim,
+        qk_norm=config.qk_norm,
+        qk_norm_eps=config.qk_norm_eps,
+        logit_softcap=config.logit_softcap,
+        sliding_window=config.sliding_window,
+        query_scale=config.query_scale,
+        qkv_bias=config.qkv_bias,
+        out_bias=config.out_bias,
     )
 
 

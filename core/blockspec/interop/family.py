@@ -24,6 +24,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.interop.config_reader import ConfigReader
 from blockspec.interop.weight_map import Rule
 from blockspec.spec.schema import ModelSpec
@@ -55,6 +56,38 @@ def common_misfits(spec: ModelSpec) -> list[str]:
         problems.append(f"ffn is {spec.ffn.use!r}, expected 'dense': the family's MLP is up, activation, down")
     if spec.layers:
         problems.append("the layers differ ([[layers]]): the family configures every layer alike")
+    return problems + option_misfits(spec)
+
+
+def option_misfits(spec: ModelSpec) -> list[str]:
+    """The attention, model, norm, positional and head options that neither exported family (GPT-2, Llama)
+    expresses; each set to anything but its default is refused, with the reason."""
+    m, problems = spec.model, []
+    if m.given_head_dim is not None and m.given_head_dim != m.d_model // m.n_heads:
+        problems.append(f"[model] head_dim = {m.given_head_dim}: the family's head_dim is d_model / n_heads")
+    if m.embedding_scale is not None:
+        problems.append("[model] embedding_scale: the family does not scale the embeddings")
+    attention = spec.attention.config
+    if isinstance(attention, CausalAttentionConfig):
+        unsupported = {"qk_norm": (attention.qk_norm != "none", "no q/k norm"),
+                       "logit_softcap": (attention.logit_softcap is not None, "no attention logit softcap"),
+                       "sliding_window": (attention.sliding_window is not None, "full causal attention only"),
+                       "query_scale": (attention.query_scale is not None, "scores are scaled by 1/sqrt(head_dim)")}
+        for name, (chosen, reason) in unsupported.items():
+            if chosen:
+                problems.append(f"[attention] {name} = {getattr(attention, name)!r}: the family has {reason}")
+        for name in ("qkv_bias", "out_bias"):
+            value = getattr(attention, name)
+            if value is not None and value != m.bias:
+                problems.append(f"[attention] {name} = {str(value).lower()}: the family's attention biases follow "
+                                f"[model] bias = {str(m.bias).lower()}")
+    if getattr(spec.norm.config, "offset", False):
+        problems.append("[norm] offset = true: the family's RMSNorm scales by w, not 1 + w")
+    if getattr(spec.positional.config, "fraction", 1.0) != 1.0:
+        problems.append(f"[positional] fraction = {spec.positional.config.fraction}: the family rotates every "
+                        "feature of a head")
+    if getattr(spec.head.config, "logit_softcap", None) is not None:
+        problems.append("[head] logit_softcap: the family's logits are not capped")
     return problems
 
 

@@ -16,31 +16,70 @@ from blockspec.modules.taps import tap, tapping
 class CausalSelfAttention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention; no loop over heads.
 
-    Taps: q, k, v (before rotation), q_rotated, k_rotated (rotary encoders), score_bias
-    (score-bias encoders), weights (only while tapping), heads (weights @ v), out.
+    Taps: q, k, v (before rotation), q_norm, k_norm (with qk_norm), q_rotated, k_rotated (rotary
+    encoders), score_bias (score-bias encoders), scores (with logit_softcap, while tapping), weights
+    (only while tapping), heads (weights @ v), out.
+
+    Options (each off by default, which is the plain attention): ``head_dim`` (each head's width,
+    default d_model / n_heads; q projects to n_heads·head_dim and proj back to d_model);
+    ``qk_norm`` ("head": RMSNorm over each head's head_dim; "all": over all heads' width) on q and k
+    before rotation, with learned scales ``q_norm`` and ``k_norm``; ``logit_softcap`` (scores ->
+    cap·tanh(scores/cap) before the mask, on an explicit softmax instead of SDPA);
+    ``sliding_window`` (query i sees keys i-w+1..i); ``query_scale`` (the factor the scores are
+    multiplied by, instead of 1/sqrt(head_dim)); ``qkv_bias`` and ``out_bias``.
     """
 
     tap_ops: ClassVar[dict[str, str]] = {
         "q": "qkv(x): queries, split into heads",
         "k": "qkv(x): keys, split into kv heads",
         "v": "qkv(x): values, split into kv heads",
+        "q_norm": "q_norm(q): RMS-normalised queries, learned scale",
+        "k_norm": "k_norm(k): RMS-normalised keys, learned scale",
         "q_rotated": "{positional}: q rotated by position",
         "k_rotated": "{positional}: k rotated by position",
         "score_bias": "{positional}: score bias",
+        "scores": "cap·tanh(q·kᵀ·scale/cap): soft-capped scores per head, before the mask",
         "weights": "softmax(q·kᵀ/√hs{score_bias} + mask): weights per head, causally masked",
         "heads": "weights @ v, per head (SDPA)",
         "out": "proj(concat(heads)): attention output",
     }
 
-    def __init__(self, *, d_model: int, n_heads: int, n_kv_heads: int, bias: bool, dropout: float) -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        bias: bool,
+        dropout: float,
+        head_dim: int | None = None,
+        qk_norm: str = "none",
+        qk_norm_eps: float = 1e-6,
+        logit_softcap: float | None = None,
+        sliding_window: int | None = None,
+        query_scale: float | None = None,
+        qkv_bias: bool | None = None,
+        out_bias: bool | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
-        self.split_sizes = (d_model, n_kv_heads * self.head_dim, n_kv_heads * self.head_dim)
-        self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias)
-        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
+        width, kv_width = n_heads * self.head_dim, n_kv_heads * self.head_dim
+        self.split_sizes = (width, kv_width, kv_width)
+        self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias if qkv_bias is None else qkv_bias)
+        self.proj = nn.Linear(width, d_model, bias=bias if out_bias is None else out_bias)
         self.dropout = dropout
+        if qk_norm not in ("none", "head", "all"):
+            raise ValueError(f"qk_norm: expected 'none', 'head' or 'all', found {qk_norm!r}")
+        self.qk_norm = qk_norm
+        if qk_norm != "none":
+            per_head = qk_norm == "head"
+            self.q_norm = nn.RMSNorm(self.head_dim if per_head else width, eps=qk_norm_eps)
+            self.k_norm = nn.RMSNorm(self.head_dim if per_head else kv_width, eps=qk_norm_eps)
+        self.logit_softcap = logit_softcap
+        self.sliding_window = sliding_window
+        self.query_scale = query_scale
 
     def forward(
         self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
@@ -67,50 +106,102 @@ class CausalSelfAttention(nn.Module):
         k = k.view(batch, n_tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, kv, N, hs)
         v = v.view(batch, n_tokens, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, kv, N, hs)
         q, k, v = tap(self, "q", q), tap(self, "k", k), tap(self, "v", v)
+        if self.qk_norm != "none":
+            q, k = self.normalise_qk(q, k)
+            q, k = tap(self, "q_norm", q), tap(self, "k_norm", k)
         if positional.rotates:
             q, k = positional.rotate(q, k, start)
             q, k = tap(self, "q_rotated", q), tap(self, "k_rotated", k)
         return q, k, v
 
+    def normalise_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """qk_norm: q (B, h, N, hs) and k (B, kv, N, hs) RMS-normalised per head ("head") or over all heads ("all")."""
+        if self.qk_norm == "head":  # over each head's head_dim (Qwen3, Gemma 3)
+            return self.q_norm(q), self.k_norm(k)
+        return _across_heads(self.q_norm, q), _across_heads(self.k_norm, k)  # over all heads' width (OLMo 2)
+
+    @property
+    def scale(self) -> float:
+        """What q·kᵀ is multiplied by: query_scale, or 1/sqrt(head_dim)."""
+        return self.head_dim**-0.5 if self.query_scale is None else self.query_scale
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """SDPA of q (B, h, N_q, hs) over k, v (B, kv, N_k, hs), the queries being the last N_q positions.
 
         SDPA's ``is_causal`` aligns the mask top-left, right only when N_q == N_k (no cache).
-        One cached query sees every key: no mask. Otherwise, or with a score bias, an explicit
-        bottom-right aligned mask.
+        One cached query sees every key: no mask. Otherwise, or with a score bias or a sliding
+        window that hides keys, an explicit bottom-right aligned mask. A logit softcap has no SDPA
+        form: the explicit softmax of ``weights``.
         """
         dropout = self.dropout if self.training else 0.0
+        if self.logit_softcap is not None:
+            weights = F.dropout(self.weights(q, k, bias), p=dropout)  # (B, h, N_q, N_k)
+            return weights @ self._repeat_kv(v)  # (B, h, N_q, hs)
         gqa = self.n_kv_heads != self.n_heads
         n_q, n_k = q.shape[-2], k.shape[-2]
-        if bias is None and n_q == n_k:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa)
-        if bias is None and n_q == 1:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa)
-        mask = causal_mask(n_q, n_k, q.device, q.dtype)
+        windowed = self.sliding_window is not None and n_k > self.sliding_window
+        scale = self.query_scale  # None: SDPA's own 1/sqrt(hs)
+        if bias is None and not windowed and n_q == n_k:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa,
+                                                  scale=scale)
+        if bias is None and not windowed and n_q == 1:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa, scale=scale)
+        mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
 
     def tap_weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> None:
-        """While tapping: the score bias, batched, and the weights of the q and k this forward pass uses."""
+        """While tapping: the score bias, batched, the capped scores, and the weights of the q and k this
+        forward pass uses."""
         if bias is not None:
             tap(self, "score_bias", batched_bias(bias, q.shape[0]))
+        if self.logit_softcap is not None:
+            tap(self, "scores", self.scores(q, k, bias))
         tap(self, "weights", self.weights(q, k, bias))
+
+    def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, kv, N, hs) -> (B, h, N, hs): each kv head serves n_heads / n_kv_heads query heads."""
+        if self.n_kv_heads == self.n_heads:
+            return x
+        return x.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+
+    def scores(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """The scores (B, h, N_q, N_k) before the mask: q·kᵀ·scale, plus the score bias, soft-capped if capped."""
+        k = self._repeat_kv(k)  # (B, h, N, hs)
+        if self.query_scale is None:
+            scores = q @ k.transpose(-2, -1) / self.head_dim**0.5  # (B, h, N, N)
+        else:
+            scores = q @ k.transpose(-2, -1) * self.query_scale  # (B, h, N, N)
+        if bias is not None:
+            scores = scores + bias
+        if self.logit_softcap is not None:
+            scores = self.logit_softcap * torch.tanh(scores / self.logit_softcap)
+        return scores
 
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
-        if self.n_kv_heads != self.n_heads:
-            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, h, N, hs)
-        scores = q @ k.transpose(-2, -1) / self.head_dim**0.5  # (B, h, N, N)
-        if bias is not None:
-            scores = scores + bias
-        scores = scores + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        scores = self.scores(q, k, bias)
+        scores = scores + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype, window=self.sliding_window)
         return scores.softmax(dim=-1)
 
 
-def causal_mask(n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(n_q, n_k) additive mask: 0 where query i may see key j (j <= i + n_k - n_q), -inf elsewhere."""
+def _across_heads(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A norm over all heads' width applied to x (B, h, N, hs): heads joined, normalised, split again."""
+    batch, heads, n_tokens, head_dim = x.shape
+    joined = x.transpose(1, 2).reshape(batch, n_tokens, heads * head_dim)  # (B, N, h·hs)
+    return norm(joined).view(batch, n_tokens, heads, head_dim).transpose(1, 2)  # (B, h, N, hs)
+
+
+def causal_mask(n_q: int, n_k: int, device: torch.device, dtype: torch.dtype,
+                window: int | None = None) -> torch.Tensor:
+    """(n_q, n_k) additive mask: 0 where query i may see key j (j <= i + n_k - n_q), -inf elsewhere.
+
+    With a ``window`` w, query i sees only the last w keys, its own included: i + n_k - n_q - w < j.
+    """
     allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril(diagonal=n_k - n_q)
+    if window is not None:
+        allowed = allowed.triu(diagonal=n_k - n_q - window + 1)
     return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
 
 

@@ -25,6 +25,7 @@ class Transformer(nn.Module):
     tap_ops: ClassVar[dict[str, str]] = {
         "tokens": "input token ids",
         "embedding": "E[ids]: rows of the token embedding",
+        "embedding.scaled": "E[ids]·scale: the embeddings times [model] embedding_scale",
         "positional.encoding": "{positional}: p[pos], the position vectors",
         "positional.embed": "{positional}: x + p[pos]",
         "final_norm": "{final_norm}(x): final norm",
@@ -39,11 +40,14 @@ class Transformer(nn.Module):
         final_norm: nn.Module,
         head: nn.Module,
         dropout: float = 0.0,
+        embedding_scale: float | None = None,
         spec: ModelSpec | None = None,
         provenance: Mapping[str, Component] | None = None,
     ) -> None:
         """``spec``: what the model was built from; ``provenance``: module path -> the registry component
-        that built it (checkpoints lock versions from it). The assembler passes both."""
+        that built it (checkpoints lock versions from it). The assembler passes both.
+        ``embedding_scale``: what the token embeddings are multiplied by (Gemma: sqrt(d_model), rounded to the
+        activations' dtype as Gemma does); None: not scaled."""
         super().__init__()
         self.embedding = embedding
         self.positional = positional
@@ -51,6 +55,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
         self.head = head
+        self.embedding_scale = embedding_scale
         self.spec = spec
         self.provenance: dict[str, Component] = dict(provenance or {})
 
@@ -75,6 +80,8 @@ class Transformer(nn.Module):
             cache.check_room(start, ids.shape[-1])
         self._check_ids(ids)  # after the checks that need no kernel
         x = tap(self, "embedding", self.embedding(tap(self, "tokens", ids)))  # (B, N, d)
+        if self.embedding_scale is not None:
+            x = tap(self, "embedding.scaled", x * torch.tensor(self.embedding_scale, dtype=x.dtype))  # (B, N, d)
         if self.positional.adds:
             if tapping():
                 tap(self, "positional.encoding", self.positional.embed(torch.zeros_like(x[:1]), start).expand_as(x))

@@ -394,13 +394,14 @@ def _valid_fields(table: dict[str, Any], cls: type) -> dict[str, Any]:
     hints = _MODEL_HINTS if cls is ModelConfig else typing.get_type_hints(cls, include_extras=True)
     valid = {}
     for attribute in attrs.fields(cls):
-        if attribute.name in table:
+        key = attribute.alias  # the key a file writes ([model] head_dim)
+        if key in table:
             try:
-                valid[attribute.name] = CONVERTER.structure(table[attribute.name], hints[attribute.name])
+                valid[key] = CONVERTER.structure(table[key], hints[attribute.name])
             except Exception:  # reported already, by the whole-table pass
                 continue
         elif attribute.default is not attrs.NOTHING:
-            valid[attribute.name] = attribute.default
+            valid[key] = attribute.default
     return valid
 
 
@@ -409,12 +410,12 @@ MAX_TENSOR_ELEMENTS = 2**60  # 8-byte elements must still fit torch's 64-bit byt
 
 def _oversized(model: ModelConfig) -> list[tuple[str, str]]:
     """The core's own tensors that no device could hold: caught here, not as an overflow deep in torch."""
-    qkv = model.d_model + 2 * model.kv_heads * model.head_dim
+    qkv = (model.n_heads + 2 * model.kv_heads) * model.head_dim
     tensors = {
         "vocab_size": ("vocab_size × d_model", model.vocab_size * model.d_model),
         "context_length": ("context_length × d_model", model.context_length * model.d_model),
         "d_ff": ("2 × d_ff × d_model", 2 * model.d_ff * model.d_model),
-        "d_model": ("d_model × (d_model + 2 × n_kv_heads × head_dim)", model.d_model * qkv),
+        "d_model": ("d_model × (n_heads + 2 × n_kv_heads) × head_dim", model.d_model * qkv),
     }
     return [
         (name, f"{product} = {count:.3g} elements, more than one tensor can hold (2**60)")
@@ -432,7 +433,7 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     for part in spec.components():
         if part.kind in ("block", "ffn") and _is_default(part, spec.model):
             continue  # written only when chosen: specs from before [block] and [ffn] dump as before
-        document[part.kind] = {"use": part.use, **_drop_none(CONVERTER.unstructure(part.config))}
+        document[part.kind] = {"use": part.use, **_drop_none(_drop_defaults(part.config))}
     if spec.init != InitConfig():  # written only when chosen: GPT-2's default dumps as before
         document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
     if spec.layers:  # written only when given: specs without [[layers]] dump as before
@@ -476,6 +477,17 @@ def _entry_text(entry: dict[str, Any]) -> str:
         if isinstance(table, dict):
             text += f"\n[{LAYERS}.{kind}]\n" + tomli_w.dumps(table)
     return text
+
+
+def _drop_defaults(config: Any) -> dict[str, Any]:
+    """A config's table without the fields marked OMIT_DEFAULT that hold their default."""
+    table = CONVERTER.unstructure(config)
+    if attrs.has(type(config)):
+        for attribute in attrs.fields(type(config)):
+            if (attribute.metadata.get("blockspec.omit_default") and attribute.default is not attrs.NOTHING
+                    and getattr(config, attribute.name) == attribute.default):
+                table.pop(attribute.alias, None)
+    return table
 
 
 def _drop_none(table: dict[str, Any]) -> dict[str, Any]:

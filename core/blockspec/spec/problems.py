@@ -20,10 +20,10 @@ def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str
     if isinstance(error, (ClassValidationError, IterableValidationError)):
         found = []
         for inner in error.exceptions:
-            found += flatten(inner, _inner_path(inner, path), getattr(error, "cl", cls))
+            found += flatten(inner, _inner_path(inner, path, getattr(error, "cl", cls)), getattr(error, "cl", cls))
         return found
     if isinstance(error, ForbiddenExtraKeysError):
-        allowed = [a.name for a in attrs.fields(error.cl)]
+        allowed = [a.alias for a in attrs.fields(error.cl)]  # the keys a file writes
         return [
             (join(path, key), f"unknown key {SHORT.repr(key)}", did_you_mean(key, allowed) or _allowed(allowed))
             for key in sorted(error.extra_fields)
@@ -40,10 +40,14 @@ def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str
     return [(path, f"{owner} raised {type(error).__name__}: {SHORT.repr(str(error))}", None)]
 
 
-def _inner_path(inner: BaseException, path: str) -> str:
-    """The attribute (``.name``), mapping key or list index (``.index``) a cattrs note names."""
+def _inner_path(inner: BaseException, path: str, cls: type | None = None) -> str:
+    """The attribute (``.name``, as a file writes it: its alias), mapping key or list index (``.index``) a cattrs
+    note names."""
+    aliases = {a.name: a.alias for a in attrs.fields(cls)} if cls is not None and attrs.has(cls) else {}
     for note in getattr(inner, "__notes__", ()):
         name = getattr(note, "name", getattr(note, "index", None))
+        if isinstance(name, str):
+            name = aliases.get(name, name)
         if name is not None:
             return join(path, name) if isinstance(name, str) else f"{path}[{name}]"
     return path

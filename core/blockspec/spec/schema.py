@@ -23,7 +23,10 @@ POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=Fals
 LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
 PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
 STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
+EMBEDDING_SCALE = Check(lambda v: v is None or v == "sqrt_d" or (not isinstance(v, str) and v > 0.0),
+                        'a number > 0.0 or "sqrt_d"', typed=False)
 Size = Annotated[int, POSITIVE]
+EmbeddingScale = Annotated[float | str | None, EMBEDDING_SCALE]  # strict.py reads float | str | None exactly
 
 
 @frozen(kw_only=True)
@@ -42,15 +45,27 @@ class ModelConfig:
     norm_placement: NormPlacement = "pre"
     final_norm: bool | None = None
     dropout: Annotated[float, PROBABILITY] = field(default=0.0, validator=PROBABILITY)
+    # Written "head_dim" in a spec (the attribute is private: ``head_dim`` below is always the width in use).
+    given_head_dim: Annotated[int | None, POSITIVE] = field(default=None, validator=POSITIVE, alias="head_dim")
+    embedding_scale: EmbeddingScale = field(default=None, validator=EMBEDDING_SCALE)
 
     def __attrs_post_init__(self) -> None:
-        errors = cross_field_errors({"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads})
+        errors = cross_field_errors({"d_model": self.d_model, "n_heads": self.n_heads, "n_kv_heads": self.n_kv_heads,
+                                     "head_dim": self.given_head_dim})
         if errors:
             raise errors[0] if len(errors) == 1 else FieldErrors(errors)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        """Each head's width: [model] head_dim when given (Gemma, Qwen3), else d_model / n_heads."""
+        return self.d_model // self.n_heads if self.given_head_dim is None else self.given_head_dim
+
+    @property
+    def embedding_multiplier(self) -> float | None:
+        """What the token embeddings are multiplied by (Gemma: sqrt(d_model)); None: not scaled."""
+        if self.embedding_scale == "sqrt_d":
+            return self.d_model**0.5
+        return self.embedding_scale
 
     @property
     def kv_heads(self) -> int:
@@ -66,7 +81,7 @@ def cross_field_errors(values: Mapping[str, Any]) -> list[FieldError]:
     """The checks that relate fields, on whichever of them are present (the reader passes the valid ones)."""
     errors = []
     d_model, n_heads, n_kv_heads = (values.get(k) for k in ("d_model", "n_heads", "n_kv_heads"))
-    if d_model is not None and n_heads is not None and d_model % n_heads:
+    if values.get("head_dim") is None and d_model is not None and n_heads is not None and d_model % n_heads:
         errors.append(FieldError("n_heads", f"expected a divisor of d_model={d_model}, found {n_heads}"))
     if n_heads is not None and n_kv_heads is not None and n_heads % n_kv_heads:
         errors.append(FieldError("n_kv_heads", f"expected a divisor of n_heads={n_heads}, found {n_kv_heads}"))

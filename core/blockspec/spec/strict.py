@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -20,12 +21,14 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # TOML integers are 64-bit; tomllib does
 
 def _strict_converter() -> cattrs.Converter:
     """No silent coercion ("false" -> True, 64.9 -> 64) and no ignored keys."""
-    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    # use_alias: a private attribute is read and written under its alias ([model] head_dim)
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True, use_alias=True)
     converter.register_structure_hook(int, _structure_int)
     converter.register_structure_hook(float, _structure_float)
     converter.register_structure_hook(bool, _structure_bool)
     converter.register_structure_hook(str, _structure_str)
     converter.register_structure_hook_func(_is_literal, _structure_literal)
+    converter.register_structure_hook_func(_is_scalar_union, _structure_scalar_union)
     converter.register_structure_hook_factory(_is_checked, _checked)
     # Containers check their own shape first: cattrs would read a string as a list of characters,
     # and report a list where a table belongs as "'list' object has no attribute 'items'".
@@ -143,6 +146,25 @@ def _structure_str(value: Any, _: type) -> str:
     if type(value) is not str:
         raise TypeError(f"expected a string, found {describe(value)}")
     return value
+
+
+_SCALARS = {float: _structure_float, str: _structure_str}
+
+
+def _is_scalar_union(tp: Any) -> bool:
+    """float | str (| None): a number or a keyword, e.g. [model] embedding_scale = 2.0 or "sqrt_d"."""
+    args = set(typing.get_args(tp)) - {type(None)}
+    return typing.get_origin(tp) in (typing.Union, types.UnionType) and args == set(_SCALARS)
+
+
+def _structure_scalar_union(value: Any, tp: Any) -> Any:
+    if value is None and type(None) in typing.get_args(tp):
+        return None
+    if type(value) is str:
+        return value
+    if type(value) in (int, float):
+        return _structure_float(value, float)
+    raise TypeError(f"expected a number or a string, found {describe(value)}")
 
 
 def _is_literal(tp: Any) -> bool:

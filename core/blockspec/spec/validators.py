@@ -75,3 +75,8 @@ def one_of(choices: Collection[Any]):
             raise FieldError(attribute.name, f"expected one of {listed}, found {value!r}")
 
     return check
+
+
+# Field metadata: the spec writer leaves the field out while it holds its default, so an option added to a
+# config later does not change how existing specs dump (``field(default=..., metadata=OMIT_DEFAULT)``).
+OMIT_DEFAULT = {"blockspec.omit_default": True}

@@ -29,7 +29,8 @@ CONTEXT_LENGTHS = (2, 5, 16)
 
 @st.composite
 def model_configs(draw, *, max_layers: int = 2) -> ModelConfig:
-    """A valid [model] table: d_model = n_heads · head_dim with an even head_dim (RoPE needs one)."""
+    """A valid [model] table: d_model = n_heads · head_dim with an even head_dim (RoPE needs one); sometimes a
+    [model] head_dim of its own (even too) and an embedding_scale."""
     n_heads = draw(st.sampled_from(HEAD_COUNTS))
     head_dim = draw(st.sampled_from(HEAD_DIMS))
     kv_choices = [k for k in range(1, n_heads + 1) if n_heads % k == 0]
@@ -44,6 +45,8 @@ def model_configs(draw, *, max_layers: int = 2) -> ModelConfig:
         d_ff=draw(st.sampled_from([1, 3, 4 * n_heads * head_dim])),
         bias=draw(st.booleans()),
         norm_placement=draw(st.sampled_from(["pre", "post"])),
+        head_dim=draw(st.none() | st.sampled_from(HEAD_DIMS)),
+        embedding_scale=draw(st.none() | st.sampled_from([0.5, 2.0, "sqrt_d"])),
     )
 
 

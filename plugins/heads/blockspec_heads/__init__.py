@@ -6,16 +6,22 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, Register, hookimpl, positive
+from attrs.validators import optional
+
+from blockspec.plugin import BuildContext, Register, greater_than, hookimpl, positive
 
 BLOCKSPEC_API = 1
 
 
 @frozen(kw_only=True)
 class LMHeadConfig:
-    """Language-model head: (B, N, d) -> logits (B, N, |V|); tied reuses the embedding matrix."""
+    """Language-model head: (B, N, d) -> logits (B, N, |V|); tied reuses the embedding matrix.
+
+    logit_softcap: logits -> cap·tanh(logits/cap) (Gemma 2's final-logit softcap); None: not capped.
+    """
 
     tied: bool = True
+    logit_softcap: float | None = field(default=None, validator=optional(greater_than(0.0)))
 
 
 @frozen(kw_only=True)
@@ -30,10 +36,12 @@ class ClassifierConfig:
 def build_lm(config: LMHeadConfig, ctx: BuildContext):
     from torch import nn
 
-    from .modules import TiedLMHead
+    from .modules import CappedLMHead, TiedLMHead
 
     if config.tied:
-        return TiedLMHead(ctx.embedding)
+        return TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap)
+    if config.logit_softcap is not None:
+        return CappedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
     return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)
 
 

@@ -10,12 +10,29 @@ from torch import nn
 class TiedLMHead(nn.Module):
     """Logits from the embedding matrix itself: the same Parameter, no copy."""
 
-    def __init__(self, embedding: nn.Embedding) -> None:
+    def __init__(self, embedding: nn.Embedding, *, logit_softcap: float | None = None) -> None:
         super().__init__()
         self.weight = embedding.weight  # shared storage with the token embedding
+        self.logit_softcap = logit_softcap
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)  # (B, N, d) -> (B, N, |V|)
+        return softcap(F.linear(x, self.weight), self.logit_softcap)  # (B, N, d) -> (B, N, |V|)
+
+
+class CappedLMHead(nn.Linear):
+    """An untied head whose logits are soft-capped: cap·tanh(logits/cap). Its weight is named as nn.Linear's."""
+
+    def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float) -> None:
+        super().__init__(d_model, vocab_size, bias=False)
+        self.logit_softcap = logit_softcap
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return softcap(super().forward(x), self.logit_softcap)  # (B, N, |V|)
+
+
+def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """cap·tanh(logits/cap): near the identity for small logits, never beyond ±cap; None: unchanged."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
 
 
 class Classifier(nn.Module):

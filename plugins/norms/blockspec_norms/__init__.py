@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
+from blockspec.plugin import OMIT_DEFAULT, BuildContext, Register, greater_than, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -20,9 +20,13 @@ class LayerNormConfig:
 
 @frozen(kw_only=True)
 class RMSNormConfig:
-    """RMSNorm: divide each token by its root mean square, then γ (no centring)."""
+    """RMSNorm: divide each token by its root mean square, then γ (no centring).
+
+    offset = true scales by (1 + w), w initialised to 0 (Gemma's stored weights); otherwise by γ, initialised to 1.
+    """
 
     eps: float = field(default=1e-5, validator=greater_than(0.0))
+    offset: bool = field(default=False, metadata=OMIT_DEFAULT)
 
 
 def build_layernorm(config: LayerNormConfig, ctx: BuildContext):
@@ -35,6 +39,10 @@ def build_layernorm(config: LayerNormConfig, ctx: BuildContext):
 def build_rmsnorm(config: RMSNormConfig, ctx: BuildContext):
     from torch import nn
 
+    if config.offset:
+        from .modules import OffsetRMSNorm
+
+        return OffsetRMSNorm(ctx.model.d_model, eps=config.eps)
     return nn.RMSNorm(ctx.model.d_model, eps=config.eps)
 
 

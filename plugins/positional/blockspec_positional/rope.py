@@ -44,30 +44,46 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -
     return turn(x, full_width(cos, layout), full_width(sin, layout), layout)
 
 
+def rotary_width(head_dim: int, fraction: float) -> int:
+    """How many features of each head rotate: fraction·head_dim rounded down to an even number, at least 2."""
+    if fraction >= 1.0:
+        return head_dim
+    return max(2, 2 * int(fraction * head_dim / 2))
+
+
 class RotaryPositions(PositionalEncoding):
     """Rotates q and k so that q_m·k_n depends on m - n only; works at any position."""
 
     rotates = True
 
-    def __init__(self, head_dim: int, context_length: int, *, base: float = 10000.0, layout: str = "half") -> None:
+    def __init__(self, head_dim: int, context_length: int, *, base: float = 10000.0, layout: str = "half",
+                 fraction: float = 1.0) -> None:
         super().__init__(max_positions=None)
         self.head_dim, self.base, self.layout = head_dim, base, layout
+        self.rotary_dim = rotary_width(head_dim, fraction)  # the first rotary_dim features of each head turn
         cos, sin = self._full_tables(context_length)
-        self.register_buffer("cos_full", cos, persistent=False)  # (context_length, hs)
-        self.register_buffer("sin_full", sin, persistent=False)  # (context_length, hs)
+        self.register_buffer("cos_full", cos, persistent=False)  # (context_length, rd)
+        self.register_buffer("sin_full", sin, persistent=False)  # (context_length, rd)
 
     def _full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 cos and sin (N, hs), computed in float64."""
-        angles = full_width(rotary_angles(n_positions, self.head_dim, base=self.base, start=start), self.layout)
+        """float32 cos and sin (N, rd), computed in float64."""
+        angles = full_width(rotary_angles(n_positions, self.rotary_dim, base=self.base, start=start), self.layout)
         return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.full_tables(q.shape[-2], start)
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-        return turn(q, cos, sin, self.layout), turn(k, cos, sin, self.layout)
+        if self.rotary_dim == self.head_dim:
+            return turn(q, cos, sin, self.layout), turn(k, cos, sin, self.layout)
+        return self._turn_part(q, cos, sin), self._turn_part(k, cos, sin)
+
+    def _turn_part(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Partial rotation (GPT-NeoX, Phi): the first rotary_dim features of x (..., N, hs) turn, the rest pass."""
+        turned, kept = x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+        return torch.cat((turn(turned, cos, sin, self.layout), kept), dim=-1)  # (..., N, hs)
 
     def full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (N, hs) for positions start..start+N-1; past the cached table, computed on demand."""
+        """cos and sin (N, rd) for positions start..start+N-1; past the cached table, computed on demand."""
         end = start + n_positions
         if end <= self.cos_full.shape[0]:
             return self.cos_full[start:end], self.sin_full[start:end]
@@ -75,7 +91,7 @@ class RotaryPositions(PositionalEncoding):
         return cos.to(self.cos_full.device), sin.to(self.sin_full.device)
 
     def tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (N, hs/2), one per feature pair, for positions start..start+N-1."""
+        """cos and sin (N, rd/2), one per rotated feature pair, for positions start..start+N-1."""
         cos, sin = self.full_tables(n_positions, start)
-        pairs = slice(0, self.head_dim // 2) if self.layout == "half" else slice(0, None, 2)
+        pairs = slice(0, self.rotary_dim // 2) if self.layout == "half" else slice(0, None, 2)
         return cos[:, pairs], sin[:, pairs]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import torch
 
+from blockspec.modules.kv_cache import LayerCache
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
-from blockspec.testing.harness import exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
+from blockspec.testing.harness import assume, exercise, normal
+from blockspec.testing.properties.base import (
+    Property, assert_close, assert_like, assert_shape, has_field, sequence_cases,
+)
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -49,10 +52,86 @@ def check_weights(component: Component, case: Case, device: str) -> None:
     assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), "row sums", atol=1e-5, rtol=0)
 
 
+def _option(case: Case, name: str, off: object = None) -> object:
+    """A config option of the drawn case; the check is no example when the option is off."""
+    value = getattr(case.config, name, off)
+    assume(value != off, f"the config's {name} is off")
+    return value
+
+
+def check_sliding_window(component: Component, case: Case, device: str) -> None:
+    """With sliding_window w: the output at i ignores the tokens before i - w + 1, cached or not,
+    and decoding through a KV cache gives the uncached outputs."""
+    window = _option(case, "sliding_window")
+    assume(case.cut + window < case.tokens, "no output lies a window past the changed tokens")
+    built, (x, ), found = exercise(component, case, device)
+    changed = x.clone()
+    early = normal(case, case.batch, case.tokens, case.model.d_model, offset=13, device=device)
+    changed[:, :case.cut + 1] = early[:, :case.cut + 1]  # (B, N, d): positions 0..cut replaced
+    far = case.cut + window  # the first position whose window starts after cut
+    with torch.no_grad():
+        out = built.module(changed, PositionalEncoding(), case.start)
+        cached = _cached(built.module, changed, case)
+    assert_close(out[:, far:], found["output"][:, far:],
+                 f"outputs at {far}.. (window {window}) after changing positions 0..{case.cut}", atol=1e-5, rtol=1e-5)
+    assert_close(cached, out, "outputs decoded through a KV cache vs all at once", atol=1e-5, rtol=1e-4)
+
+
+def _cached(module, x: torch.Tensor, case: Case) -> torch.Tensor:
+    """x (B, N, d) at positions 0.. fed through a fresh LayerCache one token at a time (no encoder: the
+    outputs do not depend on where the positions start)."""
+    hs, kv = getattr(module, "head_dim", case.model.head_dim), getattr(module, "n_kv_heads", case.model.kv_heads)
+    shape = (case.batch, kv, case.tokens, hs)
+    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape))
+    steps = [module(x[:, i:i + 1], PositionalEncoding(), i, cache) for i in range(case.tokens)]
+    return torch.cat(steps, dim=1)  # (B, N, d)
+
+
+def check_logit_softcap(component: Component, case: Case, device: str) -> None:
+    """With logit_softcap c: no score the softmax sees exceeds c in magnitude (computed by ``scores``)."""
+    cap = _option(case, "logit_softcap")
+    built, (x,), _ = exercise(component, case, device)
+    module = built.module
+    if not (hasattr(module, "project") and hasattr(module, "scores")):
+        raise NotApplicable("the module exposes no project()/scores() to read its scores from")
+    with torch.no_grad():
+        q, k, _ = module.project(case.factor * x, PositionalEncoding(), case.start)  # large inputs, large scores
+        scores = module.scores(q, k).double()  # (B, h, N, N)
+    worst = scores.abs().max().item()
+    assert worst <= cap * (1 + 1e-6), f"a score of magnitude {worst:.6g} exceeds the cap {cap:g}"
+
+
+def check_qk_norm(component: Component, case: Case, device: str) -> None:
+    """With qk_norm: every head's q and k (per head, or all heads joined) have RMS 1 before the learned scale."""
+    mode = _option(case, "qk_norm", "none")
+    built, (x,), _ = exercise(component, case, device)
+    module = built.module
+    if not (hasattr(module, "project") and hasattr(module, "q_norm")):
+        raise NotApplicable("the module exposes no project() and q_norm to check")
+    with torch.no_grad():
+        q, k, _ = module.project(x, PositionalEncoding(), case.start)  # (B, h, N, hs), (B, kv, N, hs)
+    for name, t, norm in (("q", q, module.q_norm), ("k", k, module.k_norm)):
+        t = t.double()
+        if mode == "all":
+            t = t.transpose(1, 2).flatten(2)  # (B, N, heads·hs)
+        rms = (t / norm.weight.double()).pow(2).mean(-1).sqrt()
+        assert_close(rms, torch.ones_like(rms), f"RMS of each {'token' if mode == 'all' else 'head'}'s {name} "
+                     "before the learned scale", atol=1e-3, rtol=0)
+
+
 ATTENTION = (
     Property(name="contract", kind="attention", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
     Property(name="causal", cases=sequence_cases, kind="attention", promise="causal", check=check_causal,
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
              summary="row 0 is [1, 0, ...], no weight above the diagonal"),
+    Property(name="sliding_window", when=has_field("sliding_window"),
+             cases=sequence_cases, kind="attention", check=check_sliding_window,
+             summary="with sliding_window w: output at i ignores tokens before i - w + 1, cached or not"),
+    Property(name="logit_softcap", when=has_field("logit_softcap"),
+             kind="attention", check=check_logit_softcap,
+             summary="with logit_softcap c: no score exceeds c"),
+    Property(name="qk_norm", when=has_field("qk_norm"),
+             kind="attention", check=check_qk_norm,
+             summary="with qk_norm: q and k have unit RMS before the learned scale"),
 )

@@ -85,6 +85,19 @@ class Property:
         return PropertyFailure(name, f"{component.distribution} {component.version}", self.name, detail)
 
 
+def has_field(name: str) -> Callable[[Component], bool]:
+    """A ``when`` for option properties: the component's config has the field ``name`` (the check then
+    assumes the drawn config turns it on)."""
+
+    def when(component: Component) -> bool:
+        import attrs
+
+        return attrs.has(component.config_cls) and name in attrs.fields_dict(component.config_cls)
+
+    when.__doc__ = f"the config has a {name!r} field"
+    return when
+
+
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
                  atol: float = 1e-5, rtol: float = 1e-5) -> None:
     """|actual - expected| <= atol + rtol·|expected| everywhere, or an AssertionError saying by how much."""

@@ -7,8 +7,10 @@ import torch
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
-from blockspec.testing.harness import exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
+from blockspec.testing.harness import assume, exercise, normal
+from blockspec.testing.properties.base import (
+    Property, assert_close, assert_like, assert_shape, has_field, sequence_cases,
+)
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -74,6 +76,17 @@ def check_tied(component: Component, case: Case, device: str) -> None:
         raise AssertionError("doubling the embedding matrix left the logits unchanged")
 
 
+def check_logit_softcap(component: Component, case: Case, device: str) -> None:
+    """With logit_softcap c: no logit exceeds c in magnitude, however large the input."""
+    cap = getattr(case.config, "logit_softcap", None)
+    assume(cap is not None, "the config caps no logits")
+    built, (x,), _ = exercise(component, case, device)
+    with torch.no_grad():
+        logits = built.module(100.0 * case.factor * x).double()
+    worst = logits.abs().max().item()
+    assert worst <= cap * (1 + 1e-6), f"a logit of magnitude {worst:.6g} exceeds the cap {cap:g}"
+
+
 HEAD = (
     Property(name="contract", kind="head", check=check_contract,
              summary="lm: (B, N, |V|); classifier: (B, C); dtype and device kept"),
@@ -81,4 +94,7 @@ HEAD = (
              summary="logits at i see only position i (no future leak)"),
     Property(name="tied", kind="head", when=_has_tied_field, check=check_tied,
              summary="tied (promised, or config tied = true) shares the embedding's storage; untied does not"),
+    Property(name="logit_softcap", when=has_field("logit_softcap"),
+             kind="head", check=check_logit_softcap,
+             summary="with logit_softcap c: no logit exceeds c"),
 )

@@ -7,7 +7,7 @@ import torch
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.harness import build_isolated, exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, has_field
 
 TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 
@@ -72,6 +72,19 @@ def check_unit_rms(component: Component, case: Case, device: str) -> None:
     assert_close(rms, torch.ones_like(rms), "per-token root mean square", atol=1e-3, rtol=0)
 
 
+def check_offset_init(component: Component, case: Case, device: str) -> None:
+    """With offset = true: the stored weight w starts at 0 (the scale 1 + w at 1) and tokens come out at RMS 1."""
+    from blockspec.testing.harness import assume
+
+    assume(bool(getattr(case.config, "offset", False)), "the config has no offset")
+    module, _, y = _norm(component, case, device)
+    weight = getattr(module, "weight", None)
+    if weight is not None:
+        assert_close(weight, torch.zeros_like(weight), "the offset norm's weight at init", atol=0, rtol=0)
+    rms = y.double().pow(2).mean(-1).sqrt()
+    assert_close(rms, torch.ones_like(rms), "per-token root mean square", atol=1e-3, rtol=0)
+
+
 NORM = (
     Property(name="contract", kind="norm", check=check_contract, summary="[..., d] -> [..., d], dtype and device kept"),
     Property(name="scale_invariant", kind="norm", promise="scale_invariant", check=check_scale_invariant,
@@ -82,4 +95,7 @@ NORM = (
              summary="fresh: mean 0, variance 1 per token"),
     Property(name="unit_rms", kind="norm", promise="unit_rms", check=check_unit_rms,
              summary="fresh: root mean square 1 per token"),
+    Property(name="offset_init", when=has_field("offset"),
+             kind="norm", check=check_offset_init,
+             summary="with offset = true: (1 + w) with w = 0 at init, RMS 1 per token"),
 )

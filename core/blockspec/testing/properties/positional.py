@@ -8,8 +8,9 @@ import torch
 from blockspec.errors import ContextLengthError
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
+from blockspec.testing.errors import NotApplicable
 from blockspec.testing.harness import assume, build_isolated, clamp_start, exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, has_field
 
 FLAGS = {"additive": "adds", "rotary": "rotates", "score_bias": "biases"}
 
@@ -109,6 +110,19 @@ def check_rotation_norms(component: Component, case: Case, device: str) -> None:
                      atol=1e-4, rtol=1e-4)
 
 
+def check_partial_rotary(component: Component, case: Case, device: str) -> None:
+    """With fraction < 1: the features past the encoder's rotary_dim leave rotate() unchanged, the first
+    rotary_dim do not all stay (``relative`` and ``rotation_norms`` cover the rotated part)."""
+    assume(getattr(case.config, "fraction", 1.0) < 1.0, "the config rotates every feature")
+    built, (_, q, k), found = exercise(component, case, device)
+    rotary_dim = getattr(built.module, "rotary_dim", None)
+    if rotary_dim is None:
+        raise NotApplicable("the module says no rotary_dim: which features rotate is unknown")
+    for name, before in (("rotate.q", q), ("rotate.k", k)):
+        assert_close(found[name][..., rotary_dim:], before[..., rotary_dim:],
+                     f"{name} features {rotary_dim}.. (not rotated)", atol=0, rtol=0)
+
+
 def check_relative_bias(component: Component, case: Case, device: str) -> None:
     """The score bias at (i, j) depends only on i - j (on the causal part j <= i), at any start."""
     module = build_isolated(component, case, device=device).module
@@ -169,6 +183,9 @@ POSITIONAL = (
              summary="PE(p+k) is a fixed linear map of PE(p); scores and biases depend on offsets only"),
     Property(name="rotation_norms", kind="positional", promise="rotary", check=check_rotation_norms,
              summary="rotating q and k preserves their lengths"),
+    Property(name="partial_rotary", when=has_field("fraction"),
+             kind="positional", promise="rotary", check=check_partial_rotary,
+             summary="with fraction < 1: the features past rotary_dim pass unchanged"),
     Property(name="context_limit", kind="positional", check=check_context_limit,
              summary="unbounded: works far past the context; otherwise ContextLengthError past max_positions"),
 )
