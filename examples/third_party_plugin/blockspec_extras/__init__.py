@@ -1,4 +1,4 @@
-"""blockspec-extras: ALiBi position bias, ScaleNorm and squared ReLU.
+"""blockspec-extras: ALiBi position bias, ScaleNorm, squared ReLU and the ReZero block.
 
 Written only against ``blockspec.plugin``, the stable plugin API, the way any outside plugin would be.
 Configs stay torch-free, so discovering the plugin (``blockspec list``) is cheap;
@@ -31,6 +31,13 @@ class SquaredReLUConfig:
     """Squared ReLU (So et al. 2021, Primer): relu(x)²."""
 
 
+@frozen(kw_only=True)
+class ReZeroConfig:
+    """ReZero (Bachlechner et al. 2021): x + α·f(x) per sublayer, no norms, α learned from alpha_init (0)."""
+
+    alpha_init: float = 0.0
+
+
 def build_alibi(config: ALiBiConfig, ctx: BuildContext):
     from .alibi import ALiBi
 
@@ -49,8 +56,17 @@ def build_squared_relu(config: SquaredReLUConfig, ctx: BuildContext):
     return SquaredReLU()
 
 
+def build_rezero(config: ReZeroConfig, ctx: BuildContext):
+    from .rezero import ReZeroBlock
+
+    if ctx.layer is None:
+        raise TypeError("a block is built per layer: its BuildContext needs a layer factory (ctx.layer)")
+    return ReZeroBlock(attn=ctx.layer.attention("attn"), ffn=ctx.layer.ffn("ffn"), alpha_init=config.alpha_init)
+
+
 @hookimpl
 def blockspec_register(register: Register) -> None:
     register("positional", "alibi", ALiBiConfig, build_alibi, promises=("score_bias", "relative", "unbounded"))
     register("norm", "scalenorm", ScaleNormConfig, build_scalenorm, promises=("scale_invariant", "unit_rms"))
     register("activation", "squared_relu", SquaredReLUConfig, build_squared_relu, promises=("elementwise",))
+    register("block", "rezero", ReZeroConfig, build_rezero, promises=("residual", "causal"))

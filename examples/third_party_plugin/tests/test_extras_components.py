@@ -63,3 +63,20 @@ def test_a_model_of_extras_is_causal_and_its_scalenorm_has_unit_rms():
     assert torch.allclose(hidden.pow(2).mean(-1).sqrt(), torch.ones(4), atol=1e-5)
     assert model.provenance["positional"].distribution == "blockspec-extras"
     assert math.isfinite(before.abs().max().item())
+
+
+def test_a_rezero_model_starts_as_the_identity_and_learns_its_alphas():
+    """With α = 0 every layer passes its input through; the α are the only new parameters."""
+    model = build_model(SPEC + '\n[block]\nuse = "rezero"\n', seed=0).eval()
+    ids = torch.randint(50, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden = model.embedding(ids) + 0  # learned positions are absent: ALiBi adds nothing to embeddings
+        for block in model.blocks:
+            assert torch.equal(block(hidden, model.positional), hidden)
+    assert model.provenance["blocks.0"].qualified_name == "blockspec-extras:rezero"
+    alphas = [name for name, _ in model.named_parameters() if "alpha" in name]
+    assert alphas == [f"blocks.{i}.alpha_{part}" for i in range(2) for part in ("attn", "ffn")]
+    model.train()
+    loss = model(ids).logsumexp(-1).mean()
+    loss.backward()
+    assert model.blocks[1].alpha_ffn.grad is not None and model.blocks[1].alpha_ffn.grad.abs() > 0

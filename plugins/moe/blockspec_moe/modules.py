@@ -101,8 +101,22 @@ class MixtureOfExperts(nn.Module):
         logits = self.router(flat)  # (T, E)
         tap(self, "router", logits.view(*shape[:-1], self.n_experts))
         weights, index, probs = self.routing(logits)  # (T, k), (T, k), (T, E)
+        if flat.is_meta:  # shapes only (blockspec show, counting on the meta device): grouping needs values
+            out, counts = torch.zeros_like(flat), None
+        else:
+            out, counts = self._dispatch(flat, weights, index)
+        out = tap(self, "experts", out)
+        if self.training and counts is not None and flat.shape[0]:
+            share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
+            self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
+        else:
+            self.aux_loss = None
+        if self.shared is not None:
+            out = out + tap(self, "shared", self.shared(flat))
+        return out.view(shape)
 
-        # group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert
+    def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert."""
         assigned = index.reshape(-1)  # (T·k,)
         order = assigned.argsort(stable=True)
         counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
@@ -117,14 +131,4 @@ class MixtureOfExperts(nn.Module):
                    for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
         y = torch.cat(outputs) if outputs else grouped
         y = y * weights.reshape(-1)[order].unsqueeze(-1)
-        out = torch.zeros_like(flat).index_add_(0, tokens, y)  # (T, d)
-        out = tap(self, "experts", out)
-
-        if self.training and flat.shape[0]:
-            share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
-            self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
-        else:
-            self.aux_loss = None
-        if self.shared is not None:
-            out = out + tap(self, "shared", self.shared(flat))
-        return out.view(shape)
+        return torch.zeros_like(flat).index_add_(0, tokens, y), counts  # (T, d)
