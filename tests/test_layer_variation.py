@@ -116,12 +116,55 @@ def test_five_local_to_one_global_gemma3(registry):
     assert all(spec.layer(i).norm.config.eps == 1e-6 for i in range(12) if i not in (5, 11))
 
 
-def test_per_layer_positional_is_expressible_but_refused(registry):
-    """RoPE tables live in the one positional module every layer shares; a per-layer base needs the
-    attention to own its rotary, which is left for later. The syntax says it; the reader refuses it."""
-    lines = problems_of('\n[[layers]]\nevery = 6\noffset = 5\npositional = { base = 1000000.0 }\n', registry)
-    assert len(lines) == 1
-    assert "$.layers[0].positional: positional is model-wide" in lines[0] and "rotary" in lines[0]
+GEMMA3_ROPE = """
+[[layers]]
+every = 6
+offset = 5           # layers 5, 11: global, with another RoPE base
+positional = { base = 1000000.0 }
+"""
+
+
+def test_gemma3_global_layers_rotate_with_their_own_rope_base(registry):
+    spec = spec_of(GEMMA3_ROPE, registry, n_layers=12)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    bases = [p.base for p in model.block_positionals]
+    assert bases == [1e6 if i in (5, 11) else 1e4 for i in range(12)]
+    assert model.block_positionals[5] is model.block_positionals[11]  # one module per distinct table
+    assert model.provenance["layer_positional.5"].qualified_name == "blockspec-positional:rope"
+    assert list(model.state_dict()) == list(blockspec.build(spec_of("", registry, 12), registry=registry).state_dict())
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
+    cached = generate(model, ids, max_new_tokens=8, temperature=0.0)
+    assert torch.equal(cached, generate(model, ids, max_new_tokens=8, temperature=0.0, use_cache=False))
+
+
+def test_the_varied_base_changes_only_its_layers(registry):
+    varied = blockspec.build(spec_of(GEMMA3_ROPE, registry, n_layers=6), registry=registry, seed=0).eval()
+    plain = blockspec.build(spec_of("", registry, n_layers=6), registry=registry, seed=0).eval()
+    ids = torch.randint(0, 64, (1, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert not torch.allclose(varied(ids), plain(ids))
+        x = plain.embedding(ids)
+        for i in range(5):
+            assert torch.equal(varied.blocks[i](x, varied.block_positionals[i]), plain.blocks[i](x, plain.positional))
+
+
+def test_an_additive_encoder_cannot_vary_per_layer(registry):
+    text = BASE.format(n_layers=4).replace('use = "rope"', 'use = "sinusoidal"') + \
+        '\n[[layers]]\nindex = [1]\npositional = { base = 500.0 }\n'
+    spec = blockspec.loads_spec(text, registry, file="spec.toml")
+    with pytest.raises(SpecError, match=r"adds to the embeddings, once for the whole model: it cannot vary per "
+                                        r"layer \(layer 1\)"):
+        blockspec.build(spec, registry=registry)
+
+
+def test_a_checkpoint_with_a_varied_positional_loads_the_same_model(registry, tmp_path):
+    model = blockspec.build(spec_of(GEMMA3_ROPE, registry, n_layers=6), registry=registry, seed=0).eval()
+    save(model, tmp_path / "ckpt")
+    again = load(tmp_path / "ckpt", registry=registry).eval()
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(model(ids), again(ids))
+    assert again.block_positionals[5].base == 1e6
 
 
 FIRST_DENSE = """
@@ -219,6 +262,7 @@ OVERRIDES = st.one_of(
     st.just({"norm": {"use": "layernorm"}}),
     st.builds(lambda shared: {"block": {"use": "parallel", "shared_norm": shared}}, st.booleans()),
     st.just({"activation": {"use": "silu"}}),
+    st.builds(lambda base: {"positional": {"base": base}}, st.sampled_from([500.0, 1e6])),
 )
 
 

@@ -114,6 +114,7 @@ class _Assembler:
         model = Transformer(
             embedding=embedding,
             positional=self.make(self.spec.positional, ctx, "positional"),
+            layer_positional=self.layer_positional(ctx),
             blocks=[self.block(i, ctx) for i in range(cfg.n_layers)],
             final_norm=self.make(self.spec.norm, ctx, "final_norm") if cfg.has_final_norm else nn.Identity(),
             head=self.make(self.spec.head, ctx, "head"),
@@ -123,6 +124,30 @@ class _Assembler:
             provenance=self.provenance,  # filled by the make() calls above, evaluated first
         )
         return model
+
+    def layer_positional(self, ctx: BuildContext) -> dict[int, nn.Module]:
+        """The encoders of layers whose [[layers]] entry varies [positional]; one module per distinct table."""
+        first: dict[ComponentSpec, int] = {}  # each distinct table -> the first layer that uses it
+        found: dict[int, nn.Module] = {}
+        for i in range(self.spec.model.n_layers):
+            part = self.spec.layer(i).positional
+            if part == self.spec.positional:
+                continue
+            if part not in first:
+                first[part], found[i] = i, self._varied_positional(part, ctx, i)
+            else:
+                found[i] = found[first[part]]
+                self.provenance[f"layer_positional.{i}"] = self.provenance[f"layer_positional.{first[part]}"]
+        return found
+
+    def _varied_positional(self, part: ComponentSpec, ctx: BuildContext, index: int) -> nn.Module:
+        module = self.make(part, ctx, f"layer_positional.{index}", layer=index)
+        if getattr(module, "adds", False):
+            raise SpecError(Problem(file=self.spec.source, path="$.layers",
+                                    message=f"positional {part.use!r} adds to the embeddings, once for the whole "
+                                            f"model: it cannot vary per layer (layer {index})",
+                                    hint="vary a rotary or score-bias encoder (rope, alibi)"))
+        return module
 
     def block(self, index: int, ctx: BuildContext) -> nn.Module:
         """The block component wires layer ``index``; it builds its sublayers through ``ctx.layer``."""

@@ -43,14 +43,22 @@ class Transformer(nn.Module):
         embedding_scale: float | None = None,
         spec: ModelSpec | None = None,
         provenance: Mapping[str, Component] | None = None,
+        layer_positional: Mapping[int, PositionalEncoding] | None = None,
     ) -> None:
         """``spec``: what the model was built from; ``provenance``: module path -> the registry component
         that built it (checkpoints lock versions from it). The assembler passes both.
         ``embedding_scale``: what the token embeddings are multiplied by (Gemma: sqrt(d_model), rounded to the
-        activations' dtype as Gemma does); None: not scaled."""
+        activations' dtype as Gemma does); None: not scaled.
+        ``layer_positional``: layer -> the encoder its attention uses instead of ``positional`` (Gemma 3's
+        local layers rotate with another RoPE base); never additive: positions are added once, to the embeddings."""
         super().__init__()
         self.embedding = embedding
         self.positional = positional
+        varied = dict(layer_positional or {})
+        if varied:  # registered only when used, so other models' module trees and state dicts stay as they were
+            self.layer_positional = nn.ModuleDict({str(i): p for i, p in varied.items()})
+        self.block_positionals = tuple(varied.get(i, positional) for i in range(len(blocks)))
+        self.positionals = tuple({id(p): p for p in (positional, *varied.values())}.values())  # each once
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
@@ -75,7 +83,8 @@ class Transformer(nn.Module):
         check is one fused min/max reduction (aminmax), skipped while torch.compile traces.
         """
         self._check_shape(ids)
-        self.positional.check_length(start + ids.shape[-1])
+        for positional in self.positionals:
+            positional.check_length(start + ids.shape[-1])
         if cache is not None:
             cache.check_room(start, ids.shape[-1])
         self._check_ids(ids)  # after the checks that need no kernel
@@ -88,11 +97,11 @@ class Transformer(nn.Module):
             x = tap(self, "positional.embed", self.positional.embed(x, start))
         x = dropped(self.drop, x)
         if cache is None:
-            for block in self.blocks:
-                x = block(x, self.positional, start)
+            for block, positional in zip(self.blocks, self.block_positionals):
+                x = block(x, positional, start)
         else:  # blocks see a cache argument only when there is one: cache-less custom blocks keep working
-            for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
-                x = block(x, self.positional, start, layer_cache)
+            for block, positional, layer_cache in zip(self.blocks, self.block_positionals, cache.layers, strict=True):
+                x = block(x, positional, start, layer_cache)
             cache.length = start + ids.shape[-1]
         x = tap(self, "final_norm", self.final_norm(x))
         if last_only:

@@ -40,8 +40,6 @@ LAYERS = "layers"  # the [[layers]] array of tables: per-layer overrides
 TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, LAYERS)
 SELECTORS = ("index", "every", "offset", "from", "to")  # as written; "from"/"to" are LayerRule's start/stop
 MODEL_WIDE = {  # kinds a [[layers]] entry may not vary, and why
-    "positional": "positional is model-wide: one module holds the position tables every layer uses "
-                  "(per-layer RoPE needs the attention to own its rotary; not supported yet)",
     "head": "head is model-wide: the model has one output layer",
 }
 

@@ -120,7 +120,7 @@ class ComponentSpec:
         return f"{self.distribution}:{self.name}" if self.distribution else self.name
 
 
-LAYER_KINDS = ("block", "attention", "ffn", "norm", "activation")  # the kinds a [[layers]] entry may vary
+LAYER_KINDS = ("block", "attention", "ffn", "norm", "activation", "positional")  # the kinds [[layers]] may vary
 
 
 @frozen(kw_only=True)
@@ -132,6 +132,7 @@ class LayerSpec:
     ffn: ComponentSpec
     norm: ComponentSpec  # the layer's norms; the final norm is always the model-wide [norm]
     activation: ComponentSpec
+    positional: ComponentSpec  # what the layer's attention rotates or biases by (additive ones are model-wide)
 
     def components(self) -> tuple[ComponentSpec, ...]:
         return tuple(getattr(self, kind) for kind in LAYER_KINDS)
@@ -198,7 +199,7 @@ class ModelSpec:
         if self.resolved_layers:
             return self.resolved_layers[index]
         return LayerSpec(block=self.block, attention=self.attention, ffn=self.ffn, norm=self.norm,
-                         activation=self.activation)
+                         activation=self.activation, positional=self.positional)
 
     def distinct_components(self) -> tuple[ComponentSpec, ...]:
         """The model-wide tables, then each per-layer component that differs from them, once."""
