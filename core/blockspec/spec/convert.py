@@ -288,7 +288,7 @@ class _LayerReader:
             if not isinstance(table, dict):
                 problem(join(path, kind), f"expected a table of {kind} fields, found {describe(table)}")
         if not overrides and len(self.reader.problems) == before:
-            problem(path, "changes nothing", f"add a table of the fields to change, e.g. attention = {{ ... }}")
+            problem(path, "changes nothing", "add a table of the fields to change, e.g. attention = { ... }")
         if len(self.reader.problems) > before:
             return None
         rule = LayerRule(index=tuple(index) if index is not None else None, every=entry.get("every"),

@@ -7,8 +7,9 @@ import torch
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
-from blockspec.testing.harness import build_isolated, exercise, inputs, normal
+from blockspec.testing.harness import build_isolated, exercise, inputs
 from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
+from blockspec.testing.properties.attention import check_causal  # a block is causal as its attention is
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -25,19 +26,6 @@ def check_residual(component: Component, case: Case, device: str) -> None:
     with torch.no_grad():
         out = built.module(x, PositionalEncoding(), case.start)
     assert_close(out, x, "block output with zero sublayers", atol=1e-6, rtol=0)
-
-
-def check_causal(component: Component, case: Case, device: str) -> None:
-    """With causal attention inside, changing tokens after position i leaves the outputs at 0..i unchanged."""
-    built, (x,), found = exercise(component, case, device)
-    changed = x.clone()
-    tail = normal(case, case.batch, case.tokens, case.model.d_model, offset=11, device=device)
-    changed[:, case.cut + 1:] = tail[:, case.cut + 1:]  # (B, N, d): positions after cut replaced
-    with torch.no_grad():
-        out = built.module(changed, PositionalEncoding(), case.start)
-    keep = case.cut + 1
-    assert_close(out[:, :keep], found["output"][:, :keep],
-                 f"outputs at 0..{case.cut} after changing positions {keep}..", atol=1e-5, rtol=1e-5)
 
 
 def check_parallel(component: Component, case: Case, device: str) -> None:
