@@ -10,7 +10,7 @@ import math
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,70 +79,34 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: 
 # -- argument types (argparse reports a bad value as a usage error, exit 2) -------------------------------
 
 
-def positive_int(text: str) -> int:
-    """1, 2, 3, ..."""
-    value = _int(text)
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text!r}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """0, 1, 2, ..."""
-    value = _int(text)
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text!r}")
-    return value
-
-
 SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 MAX_THREADS = 1024
+MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 
 
-def seed_int(text: str) -> int:
-    """A seed torch accepts: an integer from -2**63 to 2**64 - 1."""
-    value = _int(text)
-    if value is None or not SEEDS[0] <= value <= SEEDS[1]:
-        raise argparse.ArgumentTypeError(f"expected an integer from {SEEDS[0]} to {SEEDS[1]}, found {text!r:.40}")
-    return value
+def _number_type(name: str, parse: Callable[[str], float | None], accept: Callable[[float], bool],
+                 expected: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``parse`` the text (None: not a number), then ``accept`` it or say what was expected."""
+    def convert(text: str) -> Any:
+        value = parse(text)
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r:.40}")
+        return value
+
+    convert.__name__ = convert.__qualname__ = name
+    return convert
 
 
-any_int = seed_int  # the old name: every integer flag that took any integer was a seed
-
-
-MAX_NEW_TOKENS = 1_000_000
-
-
-def new_token_count(text: str) -> int:
-    """0 .. MAX_NEW_TOKENS: more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache."""
-    value = _int(text)
-    if value is None or not 0 <= value <= MAX_NEW_TOKENS:
-        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_NEW_TOKENS:_}, found {text!r:.40}")
-    return value
-
-
-def thread_count(text: str) -> int:
-    """1 .. MAX_THREADS: torch's thread pools take no more (and a larger one only oversubscribes)."""
-    value = _int(text)
-    if value is None or not 1 <= value <= MAX_THREADS:
-        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_THREADS}, found {text!r:.40}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0."""
-    value = _float(text)
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, found {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = _float(text)
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text!r}")
-    return value
+positive_int = _number_type("positive_int", lambda t: _int(t), lambda v: v >= 1, "a positive integer")
+non_negative_int = _number_type("non_negative_int", lambda t: _int(t), lambda v: v >= 0, "an integer >= 0")
+seed_int = _number_type("seed_int", lambda t: _int(t), lambda v: SEEDS[0] <= v <= SEEDS[1],
+                        f"an integer from {SEEDS[0]} to {SEEDS[1]}")
+new_token_count = _number_type("new_token_count", lambda t: _int(t), lambda v: 0 <= v <= MAX_NEW_TOKENS,
+                               f"an integer from 0 to {MAX_NEW_TOKENS:_}")
+thread_count = _number_type("thread_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_THREADS,
+                            f"an integer from 1 to {MAX_THREADS}")  # torch's pools take no more
+positive_float = _number_type("positive_float", lambda t: _float(t), lambda v: v > 0, "a number > 0")
+non_negative_float = _number_type("non_negative_float", lambda t: _float(t), lambda v: v >= 0, "a number >= 0")
 
 
 def _int(text: str) -> int | None:
