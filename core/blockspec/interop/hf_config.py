@@ -13,11 +13,11 @@ from typing import Any
 
 from blockspec.errors import CheckpointError, Problem
 from blockspec.spec.schema import ModelSpec
-from blockspec.interop.config_reader import ConfigReader
+from blockspec.interop.config_reader import INERT, ConfigReader
 from blockspec.interop.family import Family
 from blockspec.interop.families import FAMILIES, family_of_architecture
 
-STALE = ("rope_scaling", "rope_parameters", "rope_theta", "head_dim", "sliding_window", "n_ctx")
+KEPT_FROM_ORIGINAL = INERT - {"architectures", "model_type", "dtype", "torch_dtype", "transformers_version"}
 
 
 def architecture(config: dict[str, Any], file: str) -> str:
@@ -48,17 +48,16 @@ def spec_dict(config: dict[str, Any], *, file: str, name: str) -> dict[str, Any]
     family = family_of(config, file)
     reader = ConfigReader(config, file)
     document = family.spec_dict(reader, name)
+    reader.refuse_unread(family.title)
     reader.raise_problems()
     return document
 
 
 def hf_config(spec: ModelSpec, family: Family, *, dtype: str, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config.json of an exported model; keys of ``base`` (the imported original) are kept
-    when they do not describe the architecture (token ids, generation settings)."""
+    when they do not describe the architecture (token ids, generation settings): only INERT ones."""
     ours = family.config_json(spec)
-    kept = dict(base or {}) if _family_of(base) is family else {}
-    for stale in STALE:
-        kept.pop(stale, None)
+    kept = {k: v for k, v in (base or {}).items() if k in KEPT_FROM_ORIGINAL} if _family_of(base) is family else {}
     ids = _token_ids(kept, spec.model.vocab_size)
     return {**kept, **ours, **ids, "dtype": dtype, "torch_dtype": dtype}
 

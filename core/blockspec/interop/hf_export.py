@@ -39,7 +39,7 @@ def export_hf(
     creating is exclusive and replacing atomic, as for checkpoints (atomic.py).
     """
     spec = model.spec
-    family = family_for(spec)
+    family = family_for(spec, prefer=_architecture(base_config))
     target = Path(directory)
     check_writable_target(target, kind="directory", overwrite=overwrite)
     state = unique_state(model)
@@ -54,6 +54,12 @@ def export_hf(
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         write_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
     return target
+
+
+def _architecture(config: Mapping[str, Any] | None) -> str | None:
+    """The original's first listed architecture: an imported Mistral exports as Mistral, not as Llama."""
+    names = (config or {}).get("architectures")
+    return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
 
 
 def _side_files(extra_files: Mapping[str, bytes] | None) -> dict[str, bytes]:

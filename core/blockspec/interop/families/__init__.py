@@ -28,8 +28,12 @@ def family_of_architecture(architecture: str) -> Family | None:
     return next((family for family in FAMILIES if architecture in family.architectures), None)
 
 
-def family_for(spec: ModelSpec) -> Family:
-    """The first family the spec can be exported as; CheckpointError saying what keeps it from each."""
+def family_for(spec: ModelSpec, prefer: str | None = None) -> Family:
+    """The family the spec is exported as: the one of architecture ``prefer`` (an imported model's
+    original) if it fits, else the first that fits; CheckpointError saying what keeps it from each."""
+    preferred = family_of_architecture(prefer) if prefer else None
+    if preferred is not None and not preferred.misfits(spec):
+        return preferred
     misfits = [(family, family.misfits(spec)) for family in FAMILIES]
     for family, problems in misfits:
         if not problems:

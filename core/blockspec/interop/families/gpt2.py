@@ -58,6 +58,11 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
 
 
 def _refusals(r: ConfigReader) -> None:
+    # the sequence-summary head of GPT2DoubleHeadsModel, never built for GPT2LMHeadModel; embedding and attention
+    # dropout, which blockspec folds into one rate (resid_pdrop): neither changes an eval-mode forward;
+    # reorder_and_upcast_attn changes only how float16 scores are rounded
+    r.accept("summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
+             "summary_use_proj", "embd_pdrop", "attn_pdrop", "reorder_and_upcast_attn")
     if r.get("scale_attn_weights", bool, True) is False:
         r.problem("scale_attn_weights", "unscaled attention scores are not supported", "expected true")
     if r.get("scale_attn_by_inverse_layer_idx", bool, False):

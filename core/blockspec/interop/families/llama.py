@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from blockspec.spec.schema import ModelSpec
-from blockspec.interop.config_reader import ConfigReader, rope_theta
+from blockspec.interop.config_reader import ConfigReader, rope, rope_json
 from blockspec.interop.family import Family, common_misfits, tied_head_copy
 from blockspec.interop.weight_map import Rule, same, stacked
 
@@ -31,6 +31,11 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
         r.problem("mlp_bias", f"attention_bias = {attention_bias} but mlp_bias = {mlp_bias}",
                   "blockspec has one bias flag for attention and FFN linears")
     _refusals(r, d_model, n_heads)
+    positional = rope(r)
+    if "fraction" in positional:
+        r.problem("partial_rotary_factor", f"partial RoPE (factor {positional.pop('fraction')}) is not supported",
+                  "the Llama family rotates every feature; expected 1.0")
+    r.accept("pretraining_tp")  # splits the matmuls of a tensor-parallel run into slices: the same sums
     model = {
         "name": name, "vocab_size": r.get("vocab_size", int), "d_model": d_model,
         "context_length": r.get("max_position_embeddings", int),
@@ -39,7 +44,7 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
         "bias": attention_bias, "norm_placement": "pre", "dropout": r.get("attention_dropout", float, 0.0),
     }
     return {
-        "model": model, "positional": {"use": "rope", "base": rope_theta(r), "layout": "half"},
+        "model": model, "positional": positional,
         "norm": {"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6)},
         "activation": {"use": "swiglu"},
         "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, False)},
@@ -59,9 +64,6 @@ def _refusals(r: ConfigReader, d_model: int | None, n_heads: int | None) -> None
     if window is not None and r.get("use_sliding_window", bool, True) and max_positions and window < max_positions:
         r.problem("sliding_window", f"sliding-window attention ({window} < max_position_embeddings = "
                   f"{max_positions}) is not supported", "blockspec attention is full causal attention")
-    factor = r.get("partial_rotary_factor", float, 1.0)
-    if factor != 1.0:
-        r.problem("partial_rotary_factor", f"partial RoPE (factor {factor}) is not supported", "expected 1.0")
 
 
 # ---------------------------------------------------------------- spec -> config.json
@@ -80,13 +82,12 @@ def misfits(spec: ModelSpec) -> list[str]:
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
     m = spec.model
-    theta = spec.positional.config.base
     return {
         "architectures": [LLAMA], "model_type": "llama", "vocab_size": m.vocab_size, "hidden_size": m.d_model,
         "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
         "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_act": "silu",
         "max_position_embeddings": m.context_length, "rms_norm_eps": spec.norm.config.eps,
-        "rope_theta": theta, "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+        **rope_json(spec.positional.config),
         "attention_bias": m.bias, "mlp_bias": m.bias, "attention_dropout": m.dropout,
         "tie_word_embeddings": spec.head.config.tied,
     }
