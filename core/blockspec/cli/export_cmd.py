@@ -7,7 +7,7 @@ import json
 
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
-from blockspec.cli.import_cmd import HF_PREFIX
+from blockspec.interop.hf_dir import CARRIED_PREFIX
 
 FLAGS = {"overwrite=True": "--force"}
 
@@ -34,14 +34,14 @@ def _export(args: argparse.Namespace) -> int:
 
     registry = registry_with_warnings()
     model = load(args.checkpoint, registry=registry)
-    names = [n for n in read_checkpoint_manifest(args.checkpoint).files if n.startswith(HF_PREFIX)]
-    carried = {n.removeprefix(HF_PREFIX): read_extra_file(args.checkpoint, n) for n in names}
+    names = [n for n in read_checkpoint_manifest(args.checkpoint).files if n.startswith(CARRIED_PREFIX)]
+    carried = {n.removeprefix(CARRIED_PREFIX): read_extra_file(args.checkpoint, n) for n in names}
     base = None
     if "config.json" in carried:
         try:
             base = json.loads(carried.pop("config.json"))
         except ValueError as error:
-            raise CheckpointError(f"{args.checkpoint}: {HF_PREFIX}config.json: not valid JSON: {error}") from None
+            raise CheckpointError(f"{args.checkpoint}: {CARRIED_PREFIX}config.json: not valid JSON: {error}") from None
     with flag_names(FLAGS):
         export_hf(model, args.out, base_config=base, extra_files=carried, overwrite=args.force)
     if args.json:

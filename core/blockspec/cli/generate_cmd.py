@@ -14,9 +14,13 @@ FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those",
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("generate", help="generate text from a trained checkpoint")
-    parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out`")
-    parser.add_argument("--prompt", required=True, metavar="TEXT", help="text to continue")
+    parser = subparsers.add_parser("generate", help="generate text from a trained or imported checkpoint")
+    parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out` "
+                        "or `blockspec import-hf --out`")
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", metavar="TEXT", help="text to continue, in the checkpoint's tokenizer")
+    prompt.add_argument("--ids", metavar="IDS", help="token ids to continue, comma-separated (1,2,3): for a "
+                        "checkpoint without a tokenizer; prints ids")
     parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="characters to add (default: "
                         "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
@@ -39,23 +43,43 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.train.checkpointing import load_model
 
     device = resolve_device(args.device)
-    if not args.prompt:
+    if args.prompt is not None and not args.prompt:
         raise UsageError("--prompt: expected at least one character, found an empty text")
     with flag_names(FLAGS):
         model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=device)
-    prompt = torch.tensor([_encoded(tokenizer, args.prompt)], dtype=torch.long, device=device)  # (1, N)
+    prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size)], dtype=torch.long,
+                          device=device)  # (1, N)
     limit = model.positional.max_positions if args.overflow == "error" else None
     new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=tokenizer.vocab_size)
-    text = tokenizer.decode(ids[0].tolist())
+                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size)
+    _report(args, tokenizer, ids[0].tolist(), new_tokens)
+    return 0
+
+
+def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int) -> list[int]:
+    from blockspec.train.tokenizer import parse_ids
+
+    if args.ids is not None:
+        return parse_ids(args.ids, vocab_size)
+    if tokenizer is None:
+        raise UsageError(f"--prompt: {args.checkpoint} carries no tokenizer to encode text with; "
+                         "give token ids with --ids 1,2,3")
+    return _encoded(tokenizer, args.prompt)
+
+
+def _report(args: argparse.Namespace, tokenizer, ids: list[int], new_tokens: int) -> None:
+    """Text when the prompt was text; ids (and their text, when a tokenizer can decode them) for --ids."""
+    text = None if tokenizer is None else tokenizer.decode(ids)
     if args.json:
-        emit_json({"prompt": args.prompt, "text": text, "new_tokens": new_tokens})
+        found = {"prompt": args.prompt, "text": text, "new_tokens": new_tokens}
+        emit_json(found if args.ids is None else {**found, "prompt_ids": args.ids, "ids": ids})
+    elif args.ids is not None:
+        print(",".join(map(str, ids)))
     else:
         print(text)
-    return 0
 
 
 def _new_tokens(requested: int | None, max_positions: int | None, prompt_length: int) -> int:

@@ -9,12 +9,11 @@ from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
-HF_PREFIX = "hf/"  # where the original config and tokenizer files travel inside the checkpoint
 FLAGS = {"allow_pickle=True": "--allow-pickle", "overwrite=True": "--force"}
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("import-hf", help="import a Hugging Face GPT-2 or Llama-family directory")
+    parser = subparsers.add_parser("import-hf", help="import a Hugging Face model directory (the families: docs/interop.md)")
     parser.add_argument("directory", metavar="DIR", help="local directory with config.json and model.safetensors")
     parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint directory to write")
     parser.add_argument("--force", action="store_true", help="replace CKPT if it is an existing checkpoint")
@@ -36,14 +35,14 @@ def _import(args: argparse.Namespace) -> int:
 
     from blockspec.checkpoint.directory import save
     from blockspec.interop import import_hf
-    from blockspec.interop.hf_dir import carried_files
+    from blockspec.interop.hf_dir import CARRIED_PREFIX, carried_files
 
     registry = registry_with_warnings()
     source = Path(args.directory)
     dtype = None if args.dtype == "keep" else getattr(torch, args.dtype)
     with flag_names(FLAGS):
         model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
-    carried = {HF_PREFIX + name: data for name, data in carried_files(source).items()}
+    carried = {CARRIED_PREFIX + name: data for name, data in carried_files(source).items()}
     save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried, overwrite=args.force)
     count = sum(p.numel() for p in model.parameters())
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")

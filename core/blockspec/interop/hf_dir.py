@@ -29,6 +29,7 @@ CARRIED = (  # small files an import keeps beside the model, so an export can wr
     "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
 )
 CARRIED_LIMIT = 64 * 1024 * 1024
+CARRIED_PREFIX = "hf/"  # where a checkpoint keeps the carried files of the directory it was imported from
 
 
 def read_json(path: Path) -> dict[str, Any]:

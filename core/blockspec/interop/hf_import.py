@@ -25,7 +25,7 @@ def import_hf(
     allow_pickle: bool = False,
     dtype: torch.dtype | None = None,
 ) -> Transformer:
-    """Read a local Hugging Face model directory (GPT-2 or Llama family) as a blockspec model.
+    """Read a local Hugging Face model directory (any family in ``interop.families.FAMILIES``) as a blockspec model.
 
     The spec comes from config.json; the weights from model.safetensors (a pickle only with
     ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in training mode.

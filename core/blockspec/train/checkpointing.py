@@ -25,7 +25,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
-from blockspec.checkpoint.directory import load, read_extra_file, save
+from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
 from blockspec.errors import CheckpointError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
@@ -33,13 +33,15 @@ from blockspec.spec.documents import structure_document
 from blockspec.spec.schema import ModelSpec
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
-from blockspec.train.tokenizer import CharTokenizer, TokenizerError
+from blockspec.interop.hf_dir import CARRIED_PREFIX
+from blockspec.train.tokenizer import CharTokenizer, HFTokenizer, Tokenizer, TokenizerError
 from blockspec.checkpoint.weights import tied_aliases
 from blockspec.train.state import load_model_state
 
 FORMAT = "blockspec-train-checkpoint"
 VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
+IMPORTED_TOKENIZER = CARRIED_PREFIX + "tokenizer.json"  # import-hf carries the original's tokenizer here
 OPTIMIZER_FILE = "optimizer.safetensors"
 TRAINING_FILE = "training.json"
 
@@ -175,9 +177,23 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
 
 
 def load_model(path: str | Path, registry: Registry | None = None, *,
-               device: str | torch.device = "cpu") -> tuple[Transformer, CharTokenizer]:
-    """The trained model (training mode, as `load` returns it) and its tokenizer; the optimizer's files are not read."""
-    return load(path, registry=registry, device=device), read_tokenizer(path)
+               device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer | None]:
+    """The model (training mode, as `load` returns it) and the tokenizer it carries, if any: a trained
+    checkpoint's characters, or an imported one's Hugging Face tokenizer.json; the optimizer's files are not read."""
+    return load(path, registry=registry, device=device), carried_tokenizer(path)
+
+
+def carried_tokenizer(path: str | Path) -> Tokenizer | None:
+    """The checkpoint's tokenizer: its own (training), the original's (import-hf), or None."""
+    files = read_checkpoint_manifest(path).files
+    if TOKENIZER_FILE in files:
+        return read_tokenizer(path)
+    if IMPORTED_TOKENIZER in files:
+        try:
+            return HFTokenizer(read_extra_file(path, IMPORTED_TOKENIZER), source=f"{path}/{IMPORTED_TOKENIZER}")
+        except TokenizerError as error:
+            raise CheckpointError(str(error)) from None
+    return None
 
 
 def read_tokenizer(path: str | Path) -> CharTokenizer:

@@ -114,6 +114,36 @@ class ByteTokenizer:
         return "UTF-8 bytes as ids 0-255 (not the model's own tokenizer)"
 
 
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json`` (BPE, SentencePiece-converted, ...) through the ``tokenizers`` library:
+    what an imported checkpoint carries, so its text comes out as the original model's did.
+
+    ``tokenizers`` is optional (``pip install 'blockspec[hf]'``, or it comes with ``transformers``); it is
+    imported only when such a tokenizer is read.
+    """
+
+    def __init__(self, data: bytes, *, source: str) -> None:
+        try:
+            from tokenizers import Tokenizer as Backend
+        except ImportError:
+            raise TokenizerError(f"{source}: reading a Hugging Face tokenizer.json needs the 'tokenizers' package: "
+                                 "pip install 'blockspec[hf]'") from None
+        try:
+            self._backend = Backend.from_str(data.decode("utf-8"))
+        except (UnicodeDecodeError, Exception) as error:  # tokenizers raises a bare Exception for bad JSON
+            raise TokenizerError(f"{source}: not a Hugging Face tokenizer: {str(error).splitlines()[0]:.200}") from None
+        self.vocab_size: int = self._backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self._backend.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._backend.decode(list(ids), skip_special_tokens=False)
+
+    def describe(self) -> str:
+        return f"Hugging Face tokenizer.json ({self.vocab_size} tokens)"
+
+
 def tokenizer_for(vocab_size: int) -> Tokenizer:
     """The text tokenizer for a vocabulary size: Tiny Shakespeare's characters, or bytes for >= 256."""
     if vocab_size == len(TINY_SHAKESPEARE_CHARS):
