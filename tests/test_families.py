@@ -20,6 +20,16 @@ EXAMPLES = {  # family name -> a small config.json of it
     "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
               "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "vocab_size": 50, "max_position_embeddings": 64, "rope_theta": 5e5},
+    "gemma": {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 32, "intermediate_size": 48,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+              "vocab_size": 50, "max_position_embeddings": 64},
+    "gemma2": {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "hidden_size": 32,
+               "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 64, "sliding_window": 16,
+               "query_pre_attn_scalar": 16},
+    "olmo2": {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 32, "intermediate_size": 48,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
+              "max_position_embeddings": 64, "attention_bias": True},
 }
 NAMES = [family.name for family in FAMILIES]
 

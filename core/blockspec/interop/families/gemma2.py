@@ -1,0 +1,173 @@
+"""Gemma 2 (Gemma2ForCausalLM): config.json keys, export checks and weight names.
+
+Gemma's (1 + w) RMSNorm, sqrt(d) embedding scale and GeGLU, with four norms per layer (blockspec's
+"sandwich" block: input, post-attention, pre-feedforward and post-feedforward norms), attention
+logits capped at ``attn_logit_softcapping``, final logits at ``final_logit_softcapping``, queries
+scaled by ``query_pre_attn_scalar``^-1/2, and sliding-window layers among global ones.
+
+Windows: transformers lets key j be seen from query i when i - w < j <= i, the last w positions
+with the query's own, as blockspec's ``sliding_window`` does, so w maps as it is. Which layers slide
+comes from ``layer_types``, or, in configs older than that key, from transformers' default: even
+layers slide, odd ones are global. The spec keeps the more common kind model-wide (layer 0's on a
+tie) and writes the others as [[layers]] rules: ``every``/``offset`` where the pattern repeats.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from blockspec.spec.schema import MAX_LAYERS, ModelSpec
+from blockspec.interop.config_reader import ConfigReader
+from blockspec.interop.family import Family
+from blockspec.interop.families import gemma_shared as shared
+from blockspec.interop.weight_map import Rule
+
+ARCHITECTURE = "Gemma2ForCausalLM"
+SLIDING, FULL = "sliding_attention", "full_attention"
+ACTIVATIONS = {  # hidden_activation -> blockspec's GeGLU approximation
+    "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu": "none",
+}
+LAYOUT = shared.Layout(block="sandwich", offset=True, scaled=True, activations=("geglu-tanh", "geglu-none"),
+                       options=("logit_softcap", "sliding_window", "query_scale"), head_softcap=True, layered=True)
+NORMS = (("norm1", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"),
+         ("norm2", "pre_feedforward_layernorm"), ("post_ffn_norm", "post_feedforward_layernorm"))
+
+
+# ---------------------------------------------------------------- config.json -> spec
+
+
+def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
+    shared.refuse_bidirectional(r)
+    # transformers reads hidden_activation for Gemma 2; hidden_act, which released configs carry too, never;
+    # cache_implementation picks generate's cache class; sliding_window_size, in some released configs, no
+    # transformers release reads (the window is sliding_window)
+    r.accept("hidden_act", "cache_implementation", "sliding_window_size")
+    model = shared.model_table(r, name, head_dim=256, kv_heads=4)  # Gemma2Config's defaults
+    attention = _attention(r)
+    window, layers = _windows(r, model.get("n_layers"), attention)
+    return {
+        "model": {**model, "embedding_scale": "sqrt_d"}, "block": {"use": "sandwich"},
+        "positional": shared.positional_table(r, "Gemma 2"),
+        "norm": {"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6), "offset": True},
+        "activation": {"use": "geglu", "approximate": _approximate(r)},
+        "head": _head(r), "attention": {**attention, **_window(window)}, **({"layers": layers} if layers else {}),
+    }
+
+
+def _attention(r: ConfigReader) -> dict[str, Any]:
+    """[attention] without its window: the logit softcap and the query scale."""
+    scalar = r.get("query_pre_attn_scalar", float, 256.0)
+    if scalar is not None and scalar <= 0:
+        r.problem("query_pre_attn_scalar", f"expected a number > 0, found {scalar}")
+        scalar = None
+    options = {"logit_softcap": shared.nullable(r, "attn_logit_softcapping", float, 50.0),
+               "query_scale": scalar**-0.5 if scalar else None}
+    return shared.attention_table(r, **{k: v for k, v in options.items() if v is not None})
+
+
+def _approximate(r: ConfigReader) -> str:
+    act = r.get("hidden_activation", str, "gelu_pytorch_tanh")
+    if act not in ACTIVATIONS and act is not None:
+        r.problem("hidden_activation", f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS.get(act, "tanh")
+
+
+def _head(r: ConfigReader) -> dict[str, Any]:
+    head = {"use": "lm", "tied": r.get("tie_word_embeddings", bool, True)}
+    cap = shared.nullable(r, "final_logit_softcapping", float, 30.0)
+    return head if cap is None else {**head, "logit_softcap": cap}
+
+
+def _window(window: int | None) -> dict[str, Any]:
+    return {} if window is None else {"sliding_window": window}
+
+
+# ---------------------------------------------------------------- sliding windows -> [[layers]]
+
+
+def _windows(r: ConfigReader, n_layers: int | None, attention: dict[str, Any]) -> tuple[int | None, list[dict]]:
+    """The model-wide window and the [[layers]] rules for the layers whose window differs."""
+    windows = _layer_windows(r, n_layers) if n_layers is not None and 0 < n_layers <= MAX_LAYERS else []
+    if not windows:  # a layer count out of range is the spec's to refuse
+        return None, []
+    common = Counter(windows).most_common(1)[0][0]  # ties: layer 0's, the first seen
+    period = _period(windows)
+    if period < len(windows):
+        return common, [{"every": period, "offset": j, "attention": _override(windows[j], attention)}
+                        for j in range(period) if windows[j] != common]
+    others = [i for i, w in enumerate(windows) if w != common]
+    return common, ([{"index": others, "attention": _override(windows[others[0]], attention)}] if others else [])
+
+
+def _period(windows: list[int | None]) -> int:
+    """The shortest p with windows[i] == windows[i % p] for every layer (2 for Gemma 2's alternation)."""
+    return next(p for p in range(1, len(windows) + 1) if all(w == windows[i % p] for i, w in enumerate(windows)))
+
+
+def _override(window: int | None, attention: dict[str, Any]) -> dict[str, Any]:
+    """A rule's attention table: the window alone, or a fresh windowless table (``use`` drops the window)."""
+    return {"sliding_window": window} if window is not None else dict(attention)
+
+
+def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
+    """Each layer's window (None: global), from ``layer_types`` or transformers' default alternation."""
+    window = shared.nullable(r, "sliding_window", int, 4096)
+    types = r.get("layer_types", list, None)
+    if types is None:
+        types = [SLIDING if i % 2 == 0 else FULL for i in range(n_layers)]
+    elif len(types) != n_layers or not set(types) <= {SLIDING, FULL}:
+        r.problem("layer_types", f"expected {n_layers} entries of {SLIDING!r} or {FULL!r}, found {types!r:.80}")
+        return []
+    if window is None and SLIDING in types:
+        r.problem("sliding_window", f"null, but layer_types has {SLIDING!r} layers",
+                  "transformers needs the window of those layers")
+        return []
+    return [window if kind == SLIDING else None for kind in types]
+
+
+# ---------------------------------------------------------------- spec -> config.json
+
+
+def misfits(spec: ModelSpec) -> list[str]:
+    problems = shared.misfits(spec, LAYOUT)
+    windows = {w for w in _spec_windows(spec) if w is not None}
+    if len(windows) > 1:
+        problems.append(f"sliding windows {sorted(windows)}: the family has one window for all sliding layers")
+    scale = getattr(spec.attention.config, "query_scale", None)
+    if scale is not None and abs(scale**-2 - round(scale**-2)) > 1e-6 * scale**-2:
+        problems.append(f"[attention] query_scale = {scale}: the family's is query_pre_attn_scalar^-1/2 for an "
+                        "integer query_pre_attn_scalar")
+    return problems
+
+
+def _spec_windows(spec: ModelSpec) -> list[int | None]:
+    return [getattr(spec.layer(i).attention.config, "sliding_window", None) for i in range(spec.model.n_layers)]
+
+
+def config_json(spec: ModelSpec) -> dict[str, Any]:
+    windows, attention = _spec_windows(spec), spec.attention.config
+    scale = attention.query_scale
+    return {
+        "architectures": [ARCHITECTURE], "model_type": "gemma2", **shared.config_keys(spec),
+        "hidden_activation": "gelu_pytorch_tanh" if spec.activation.config.approximate == "tanh" else "gelu",
+        "query_pre_attn_scalar": spec.model.head_dim if scale is None else round(scale**-2),
+        "attn_logit_softcapping": attention.logit_softcap,
+        "final_logit_softcapping": spec.head.config.logit_softcap,
+        # transformers builds the sliding mask even when no layer slides, and fails without a window
+        "sliding_window": next((w for w in windows if w is not None), spec.model.context_length),
+        "layer_types": [FULL if w is None else SLIDING for w in windows],
+    }
+
+
+# ---------------------------------------------------------------- weights
+
+
+def rules(spec: ModelSpec) -> list[Rule]:
+    return shared.rules(spec, NORMS)
+
+
+FAMILY = Family(
+    name="gemma2", title="Gemma 2", architectures={ARCHITECTURE: "gemma2"}, spec_dict=spec_dict, misfits=misfits,
+    config_json=config_json, rules=rules, layer_index=shared.LAYER_INDEX, ignored=shared.ignored,
+)
