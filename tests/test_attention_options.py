@@ -12,7 +12,7 @@ from tomli_w import dumps
 import blockspec
 from blockspec.assembly.counting import count_parameters
 from blockspec.inspect.trace import trace
-from blockspec.interop.families import FAMILIES
+from blockspec.interop.families import FAMILIES, family_named
 from blockspec.modules.kv_cache import KVCache
 
 BASE_MODEL = {"vocab_size": 23, "context_length": 16, "d_model": 16, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
@@ -191,8 +191,25 @@ def test_head_dim_frees_n_heads_from_dividing_d_model(registry):
     ({"positional": {"fraction": 0.5}}, "fraction"),
     ({"head": {"logit_softcap": 30.0}}, "logit_softcap"),
 ])
-def test_families_refuse_what_they_cannot_express(fields, reason, registry):
-    assert [f.name for f in FAMILIES if not f.misfits(spec_of(registry=registry, **{"model": {"bias": True},
-                                                                                    **fields}))] == []
-    for family in FAMILIES:
-        assert any(reason in problem for problem in family.misfits(spec_of(registry=registry, **fields)))
+def test_each_family_refuses_an_option_or_exports_it_exactly(fields, reason, registry, tmp_path):
+    """An export never drops an option: a family that cannot express it names it; one that accepts the spec
+    writes a model transformers loads with the same logits. Llama expresses none of these options."""
+    pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM
+
+    from blockspec.interop import export_hf
+
+    from .weights_helpers import randomized
+
+    spec = spec_of(registry=registry, **fields)
+    assert any(reason in problem for problem in family_named("llama").misfits(spec))
+    model = randomized(blockspec.build(spec, registry=registry, seed=0))
+    ids = torch.arange(12)[None] % 23  # longer than the window of 4
+    for family in (f for f in FAMILIES if not f.misfits(spec)):
+        architecture = next(iter(family.architectures))
+        export_hf(model, tmp_path / family.name, base_config={"architectures": [architecture]})
+        hf_model = AutoModelForCausalLM.from_pretrained(tmp_path / family.name, attn_implementation="eager").eval()
+        with torch.no_grad():
+            expected, found = model(ids), hf_model(ids).logits
+        assert type(hf_model).__name__ == architecture
+        assert (found - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item()), family.name
