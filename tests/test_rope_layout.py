@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import attrs
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ import blockspec
 from blockspec.interop.rope_layout import interleaved_state_as_half, interleaved_to_half
 from blockspec_positional.rope import rotary_angles, rotate
 
+from .conftest import SPECS
 from .weights_helpers import llama_spec, randomized
 
 
@@ -43,3 +46,21 @@ def test_an_interleaved_model_equals_the_half_model_with_permuted_weights(regist
         unpermuted = blockspec.build(half.spec, registry=registry).eval()
         unpermuted.load_state_dict(interleaved.state_dict())
         assert not torch.allclose(interleaved(ids), unpermuted(ids), atol=1e-3)  # the permutation matters
+
+
+
+def test_an_interleaved_model_with_qk_norms_exports_as_the_same_olmo2(registry, tmp_path):
+    """The q_norm/k_norm scales move with the features they scale: an interleaved OLMo 2 exports exactly."""
+    transformers = pytest.importorskip("transformers")
+    from blockspec.interop import export_hf
+
+    spec = blockspec.load_spec(SPECS / "olmo-2-1b.toml", registry)
+    small = attrs.evolve(spec.model, vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=40, context_length=64)
+    interleaved = attrs.evolve(spec.positional, config=attrs.evolve(spec.positional.config, layout="interleaved"))
+    model = randomized(blockspec.build(attrs.evolve(spec, model=small, positional=interleaved), registry=registry), 5)
+    export_hf(model, tmp_path)
+    hf_model = transformers.Olmo2ForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = torch.arange(20)[None] % 61
+    with torch.no_grad():
+        expected = model(ids)
+        assert (hf_model(ids).logits - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item())

@@ -44,7 +44,7 @@ def export_hf(
     check_writable_target(target, kind="directory", overwrite=overwrite)
     state = unique_state(model)
     if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
-        state = interleaved_state_as_half(state, spec.model)
+        state = interleaved_state_as_half(state, spec.model, rotary_dim=getattr(model.positional, "rotary_dim", None))
     tensors = to_hf(family.rules(spec), state)
     dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     config = hf_config.hf_config(spec, family, dtype=dtype, base=dict(base_config or {}))

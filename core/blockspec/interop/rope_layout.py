@@ -33,11 +33,24 @@ def permute_qkv(qkv: torch.Tensor, cfg: ModelConfig, perm: torch.Tensor) -> torc
     return torch.cat([permute_heads(q, cfg.n_heads, perm), permute_heads(k, cfg.kv_heads, perm), v], dim=0)
 
 
-def interleaved_state_as_half(state: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """The weights of an interleaved-RoPE model, rearranged for the same model with half layout."""
-    perm = interleaved_to_half(cfg.head_dim)
+def interleaved_state_as_half(state: Mapping[str, torch.Tensor], cfg: ModelConfig, *,
+                              rotary_dim: int | None = None) -> dict[str, torch.Tensor]:
+    """The weights of an interleaved-RoPE model, rearranged for the same model with half layout.
+
+    Only the first ``rotary_dim`` features of a head rotate (partial RoPE); the rest keep their place. A qk
+    norm's scales multiply q and k feature by feature, so they move with the features: a per-head scale
+    (head_dim,) by the permutation itself, one over all heads (h·hs,) head by head.
+    """
+    perm = _rotary_perm(cfg.head_dim, rotary_dim or cfg.head_dim)
     converted = dict(state)
     for name, tensor in state.items():
         if name.endswith((".attn.qkv.weight", ".attn.qkv.bias")):
             converted[name] = permute_qkv(tensor, cfg, perm)
+        elif name.endswith((".attn.q_norm.weight", ".attn.k_norm.weight")):
+            converted[name] = permute_heads(tensor, tensor.shape[0] // cfg.head_dim, perm)
     return converted
+
+
+def _rotary_perm(head_dim: int, rotary_dim: int) -> torch.Tensor:
+    """interleaved_to_half on the rotated features, identity on the rest."""
+    return torch.cat([interleaved_to_half(rotary_dim), torch.arange(rotary_dim, head_dim)])

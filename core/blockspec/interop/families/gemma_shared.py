@@ -156,9 +156,6 @@ def attention_misfits(spec: ModelSpec, layout: Layout) -> list[str]:
             problems.append(f"[attention] {name} = {value!r}: the family has no such option")
     if attention_bias(spec, attention) != _bias(spec, attention.out_bias):
         problems.append("[attention] qkv_bias and out_bias differ: the family's attention_bias sets both")
-    if attention.qk_norm != "none" and getattr(spec.positional.config, "layout", "half") != "half":
-        problems.append("[positional] layout = 'interleaved' with a qk_norm: the export permutes q and k rows into "
-                        "the half layout, but not the q_norm and k_norm scales")
     return problems
 
 
