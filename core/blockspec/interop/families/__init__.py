@@ -10,9 +10,11 @@ from __future__ import annotations
 from blockspec.errors import CheckpointError
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.family import Family
-from blockspec.interop.families import gpt2, llama, mistral
+from blockspec.interop.families import gpt2, llama, mistral, qwen2, qwen3
 
-FAMILIES: tuple[Family, ...] = (gpt2.FAMILY, llama.FAMILY, mistral.FAMILY)
+FAMILIES: tuple[Family, ...] = (
+    gpt2.FAMILY, llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
+)
 
 
 def family_named(name: str) -> Family:
