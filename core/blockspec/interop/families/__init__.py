@@ -10,10 +10,10 @@ from __future__ import annotations
 from blockspec.errors import CheckpointError
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.family import Family
-from blockspec.interop.families import gpt2, llama, mistral, qwen2, qwen3
+from blockspec.interop.families import gpt2, llama, mistral, qwen2, qwen3, starcoder2
 
 FAMILIES: tuple[Family, ...] = (
-    gpt2.FAMILY, llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY,
+    gpt2.FAMILY, llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY, starcoder2.FAMILY,
 )
 
 
