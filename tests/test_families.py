@@ -30,6 +30,19 @@ EXAMPLES = {  # family name -> a small config.json of it
     "olmo2": {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 32, "intermediate_size": 48,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
               "max_position_embeddings": 64, "attention_bias": True},
+    "mistral": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 32,
+                "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 50, "max_position_embeddings": 64, "sliding_window": 16},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 50, "max_position_embeddings": 64, "use_sliding_window": True, "sliding_window": 16,
+              "max_window_layers": 1},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "vocab_size": 50, "max_position_embeddings": 64, "tie_word_embeddings": True},
+    "starcoder2": {"architectures": ["Starcoder2ForCausalLM"], "model_type": "starcoder2", "hidden_size": 32,
+                   "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "vocab_size": 50, "max_position_embeddings": 64, "sliding_window": 16},
 }
 NAMES = [family.name for family in FAMILIES]
 

@@ -91,7 +91,7 @@ def test_every_problem_is_reported_at_once():
     assert len(message.splitlines()) == 2
 
 
-@pytest.mark.parametrize("architectures", [["BertModel"], ["Qwen2ForCausalLM"], [], [{}], "GPT2LMHeadModel"])
+@pytest.mark.parametrize("architectures", [["BertModel"], ["BloomForCausalLM"], [], [{}], "GPT2LMHeadModel"])
 def test_unsupported_architectures_list_what_is_supported(architectures):
     message = refused({**LLAMA, "architectures": architectures, "model_type": "other"})
     assert "$.architectures: unsupported architecture" in message and "LlamaForCausalLM" in message

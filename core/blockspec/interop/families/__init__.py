@@ -10,9 +10,12 @@ from __future__ import annotations
 from blockspec.errors import CheckpointError
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.family import Family
-from blockspec.interop.families import gemma, gemma2, gpt2, llama, olmo2
+from blockspec.interop.families import gemma, gemma2, gpt2, llama, mistral, olmo2, qwen2, qwen3, starcoder2
 
-FAMILIES: tuple[Family, ...] = (gpt2.FAMILY, llama.FAMILY, gemma.FAMILY, gemma2.FAMILY, olmo2.FAMILY)
+FAMILIES: tuple[Family, ...] = (
+    gpt2.FAMILY, llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY, starcoder2.FAMILY, gemma.FAMILY,
+    gemma2.FAMILY, olmo2.FAMILY,
+)
 
 
 def family_named(name: str) -> Family:

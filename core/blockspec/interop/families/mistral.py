@@ -1,0 +1,81 @@
+"""Mistral (MistralForCausalLM): the Llama layer without biases, with an optional head_dim and a sliding
+window on every layer (``sliding_window``; null: full attention, as from Mistral 7B v0.2 on).
+
+transformers' window and blockspec's agree: query i sees keys i - w + 1 .. i, its own included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop.config_reader import ConfigReader, rope_json
+from blockspec.interop.family import Family
+from blockspec.interop.families import llama_like
+from blockspec.interop.weight_map import Rule
+
+MISTRAL = "MistralForCausalLM"
+
+
+# ---------------------------------------------------------------- config.json -> spec
+
+
+def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
+    model = llama_like.sizes(r, name)
+    model.update(bias=False, dropout=r.get("attention_dropout", float, 0.0))
+    llama_like.read_head_dim(r, model)
+    window = llama_like.window_key(r, 4096)  # MistralConfig's default when the key is absent
+    _layer_types(r, window)
+    attention = {"use": "causal", **({"sliding_window": window} if window is not None else {})}
+    return llama_like.document(
+        model, positional=llama_like.full_rope(r, "Mistral"),
+        norm={"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6)}, activation=llama_like.silu_gate(r),
+        tied=r.get("tie_word_embeddings", bool, False), attention=attention,
+    )
+
+
+def _layer_types(r: ConfigReader, window: int | None) -> None:
+    """MistralForCausalLM ignores layer_types (every layer has sliding_window): a config whose layer_types
+    disagree meant another model (Ministral alternates), so only agreeing ones are accepted."""
+    types = r.get("layer_types", list, None)
+    expected = "full_attention" if window is None else "sliding_attention"
+    if types is not None and any(t != expected for t in types):
+        r.problem("layer_types", f"expected every layer {expected!r}: MistralForCausalLM gives every layer the "
+                  "same attention and ignores layer_types", "alternating layers are a MinistralForCausalLM")
+
+
+# ---------------------------------------------------------------- spec -> config.json
+
+
+def misfits(spec: ModelSpec) -> list[str]:
+    problems = llama_like.layout_misfits(spec, windows="all")
+    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: not (qkv or out or ffn), "no biases")
+    problems += llama_like.norm_misfits(spec, "rmsnorm")
+    if spec.activation.name != "swiglu":
+        problems.append(f"activation is {spec.activation.name!r}, expected 'swiglu'")
+    return problems
+
+
+def config_json(spec: ModelSpec) -> dict[str, Any]:
+    m = spec.model
+    return {
+        "architectures": [MISTRAL], "model_type": "mistral", "vocab_size": m.vocab_size, "hidden_size": m.d_model,
+        "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
+        "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": m.context_length, "rms_norm_eps": spec.norm.config.eps,
+        **rope_json(spec.positional.config), "sliding_window": llama_like.windows_of(spec)[0] if m.n_layers else None,
+        "attention_dropout": m.dropout, "tie_word_embeddings": spec.head.config.tied,
+    }
+
+
+# ---------------------------------------------------------------- weights
+
+
+def rules(spec: ModelSpec) -> list[Rule]:
+    return llama_like.rules(spec, llama_like.gated_mlp_rules)
+
+
+FAMILY = Family(
+    name="mistral", title="Mistral", architectures={MISTRAL: "mistral"}, spec_dict=spec_dict, misfits=misfits,
+    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
+)
