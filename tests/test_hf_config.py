@@ -61,8 +61,6 @@ def test_model_type_alone_identifies_the_architecture(registry):
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "$.rope_parameters.rope_type", "'yarn'"),
     ({"sliding_window": 32}, "$.sliding_window", "sliding-window attention"),
     ({"hidden_act": "gelu"}, "$.hidden_act", "unsupported activation 'gelu'"),
-    ({"head_dim": 16}, "$.head_dim", "expected hidden_size / num_attention_heads = 8, found 16"),
-    ({"attention_bias": True}, "$.mlp_bias", "attention_bias = True but mlp_bias = False"),
     ({"partial_rotary_factor": 0.5}, "$.partial_rotary_factor", "partial RoPE"),
     ({"hidden_size": "64"}, "$.hidden_size", "expected int, found str"),
     ({"num_hidden_layers": None}, "$.num_hidden_layers", "missing required key"),

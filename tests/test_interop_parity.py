@@ -35,6 +35,8 @@ LLAMA_CASES = {
     "gqa2-tied-bias-v103": dict(vocab_size=103, num_key_value_heads=2, tie_word_embeddings=True,
                                 attention_bias=True, mlp_bias=True, rope_theta=500000.0),
     "mha-untied-bias-v61": dict(vocab_size=61, num_key_value_heads=4, attention_bias=True, mlp_bias=True),
+    "head_dim16-attention-bias-only-v67": dict(vocab_size=67, num_key_value_heads=2, head_dim=16, attention_bias=True),
+    "mlp-bias-only-v59": dict(vocab_size=59, num_key_value_heads=2, mlp_bias=True),
 }
 
 

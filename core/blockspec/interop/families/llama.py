@@ -10,7 +10,7 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
-from blockspec.interop.family import Family, common_misfits
+from blockspec.interop.family import Family
 from blockspec.interop.families import llama_like
 from blockspec.interop.weight_map import Rule
 
@@ -23,25 +23,22 @@ LLAMA = "LlamaForCausalLM"
 def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
     model = llama_like.sizes(r, name)
     attention_bias, mlp_bias = r.get("attention_bias", bool, False), r.get("mlp_bias", bool, False)
-    if attention_bias != mlp_bias:
-        r.problem("mlp_bias", f"attention_bias = {attention_bias} but mlp_bias = {mlp_bias}",
-                  "blockspec has one bias flag for attention and FFN linears")
-    _refusals(r, model["d_model"], model["n_heads"])
+    llama_like.read_head_dim(r, model)
+    _refuse_window(r)
     r.accept("pretraining_tp")  # splits the matmuls of a tensor-parallel run into slices: the same sums
-    model.update(bias=attention_bias, dropout=r.get("attention_dropout", float, 0.0))
+    model.update(bias=mlp_bias, dropout=r.get("attention_dropout", float, 0.0))
+    attention = {"use": "causal"}
+    if attention_bias != mlp_bias:  # attention_bias covers q, k, v and o alike
+        attention.update(qkv_bias=attention_bias, out_bias=attention_bias)
     return llama_like.document(
         model, positional=llama_like.full_rope(r, "Llama"),
         norm={"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6)}, activation=llama_like.silu_gate(r),
-        tied=r.get("tie_word_embeddings", bool, False), attention={"use": "causal"},
+        tied=r.get("tie_word_embeddings", bool, False), attention=attention,
     )
 
 
-def _refusals(r: ConfigReader, d_model: int | None, n_heads: int | None) -> None:
-    head_dim = r.get("head_dim", int, None)
-    if head_dim is not None and d_model and n_heads and head_dim != d_model // n_heads:
-        r.problem("head_dim", f"expected hidden_size / num_attention_heads = {d_model // n_heads}, found {head_dim}",
-                  "blockspec derives head_dim from d_model and n_heads")
-    # LlamaForCausalLM ignores sliding_window; a config that sets one shorter than the context meant a Mistral
+def _refuse_window(r: ConfigReader) -> None:
+    """LlamaForCausalLM ignores sliding_window; a config that sets one shorter than the context meant a Mistral."""
     window, max_positions = r.get("sliding_window", int, None), r.get("max_position_embeddings", int, None)
     if window is not None and r.get("use_sliding_window", bool, True) and max_positions and window < max_positions:
         r.problem("sliding_window", f"sliding-window attention ({window} < max_position_embeddings = "
@@ -53,11 +50,10 @@ def _refusals(r: ConfigReader, d_model: int | None, n_heads: int | None) -> None
 
 
 def misfits(spec: ModelSpec) -> list[str]:
-    problems = common_misfits(spec)
-    if spec.positional.name != "rope":
-        problems.append(f"positional is {spec.positional.name!r}, expected 'rope'")
-    if spec.norm.name != "rmsnorm":
-        problems.append(f"norm is {spec.norm.name!r}, expected 'rmsnorm'")
+    problems = llama_like.layout_misfits(spec, windows="none")
+    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: qkv == out,
+                                       "one attention_bias for q, k, v and o (and mlp_bias for the MLP)")
+    problems += llama_like.norm_misfits(spec, "rmsnorm")
     if spec.activation.name != "swiglu":
         problems.append(f"activation is {spec.activation.name!r}, expected 'swiglu'")
     return problems
@@ -65,13 +61,14 @@ def misfits(spec: ModelSpec) -> list[str]:
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
     m = spec.model
+    attention_bias, _, mlp_bias = llama_like.biases(spec)
     return {
         "architectures": [LLAMA], "model_type": "llama", "vocab_size": m.vocab_size, "hidden_size": m.d_model,
         "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
         "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_act": "silu",
         "max_position_embeddings": m.context_length, "rms_norm_eps": spec.norm.config.eps,
         **rope_json(spec.positional.config),
-        "attention_bias": m.bias, "mlp_bias": m.bias, "attention_dropout": m.dropout,
+        "attention_bias": attention_bias, "mlp_bias": mlp_bias, "attention_dropout": m.dropout,
         "tie_word_embeddings": spec.head.config.tied,
     }
 
