@@ -23,6 +23,9 @@ EXAMPLES = {  # family name -> a small config.json of it
     "gpt_neox": {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 32,
                  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 50,
                  "max_position_embeddings": 64, "rotary_pct": 0.5, "rotary_emb_base": 10000},
+    "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 32, "intermediate_size": 48,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
+             "max_position_embeddings": 64, "sliding_window": 16, "partial_rotary_factor": 0.5},
 }
 NAMES = [family.name for family in FAMILIES]
 

@@ -19,6 +19,8 @@ from blockspec.interop.weight_map import regrouped, to_blockspec, to_hf
 from .conftest import SPECS
 from .hf_parity import assert_close, check_family, check_swaps_are_caught, ids_for, logits, tiny, transformers
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
+
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=64)
 CASES = {  # every feature: parallel or sequential layers, rotated fraction, attention biases, tying, activation
@@ -137,12 +139,12 @@ def test_export_names_what_gpt_neox_cannot_hold(registry):
 
 def test_regrouping_rule_reorders_per_head_qkv_rows_both_ways():
     heads, head_dim = 2, 3
-    hf = torch.arange(heads * 3 * head_dim * 4, dtype=torch.float32).reshape(heads * 3 * head_dim, 4)
+    hf = torch.arange(heads * 3 * head_dim * 4, dtype=torch.float32).reshape(-1, 4)  # (heads·3·head_dim, d)
     rule = regrouped("qkv", "query_key_value", (heads, 3))
     ours = to_blockspec([rule], {"query_key_value": hf}.__getitem__)["qkv"]
     per_head = hf.reshape(heads, 3, head_dim, 4)  # (heads, q|k|v, head_dim, d)
     assert torch.equal(ours, per_head.transpose(0, 1).reshape(-1, 4))  # (q|k|v, heads, head_dim) rows
     assert torch.equal(to_hf([rule], {"qkv": ours})["query_key_value"], hf)
-    bias = torch.arange(heads * 3 * head_dim, dtype=torch.float32)
+    bias = torch.arange(heads * 3 * head_dim, dtype=torch.float32)  # (heads·3·head_dim,)
     assert torch.equal(to_hf([rule], to_blockspec([rule], {"query_key_value": bias}.__getitem__))["query_key_value"],
                        bias)

@@ -88,7 +88,7 @@ def _positional(r: ConfigReader, head_dim: int | None) -> dict[str, Any]:
     else:
         _same_as(r, "rotary_pct", positional.get("fraction", 1.0), fraction_key)
     _same_as(r, "partial_rotary_factor", positional.get("fraction", 1.0), "the rotated fraction GPT-NeoX uses")
-    _check_rotary_width(r, fraction_key, head_dim, positional.get("fraction", 1.0))
+    check_rotary_width(r, fraction_key, head_dim, positional.get("fraction", 1.0))
     if positional.get("fraction") == 1.0:
         del positional["fraction"]
     return positional
@@ -108,7 +108,7 @@ def _same_as(r: ConfigReader, key: str, used: float, what: str) -> None:
                   "remove it or make it agree")
 
 
-def _check_rotary_width(r: ConfigReader, key: str, head_dim: int | None, fraction: float) -> None:
+def check_rotary_width(r: ConfigReader, key: str, head_dim: int | None, fraction: float) -> None:
     """transformers turns int(head_dim · fraction) features; blockspec an even number of them, at least 2."""
     if head_dim is None:
         return
