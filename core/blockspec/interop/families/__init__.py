@@ -10,9 +10,9 @@ from __future__ import annotations
 from blockspec.errors import CheckpointError
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.family import Family
-from blockspec.interop.families import gpt2, gpt_neox, llama, phi3
+from blockspec.interop.families import gpt2, gpt_neox, llama, mixtral, phi3
 
-FAMILIES: tuple[Family, ...] = (gpt2.FAMILY, llama.FAMILY, gpt_neox.FAMILY, phi3.FAMILY)
+FAMILIES: tuple[Family, ...] = (gpt2.FAMILY, llama.FAMILY, gpt_neox.FAMILY, phi3.FAMILY, mixtral.FAMILY)
 
 
 def family_named(name: str) -> Family:
