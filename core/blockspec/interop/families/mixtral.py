@@ -54,6 +54,8 @@ def _moe(r: ConfigReader) -> dict[str, Any]:
     if jitter:
         r.problem("router_jitter_noise", f"router jitter ({jitter}) is not supported",
                   "blockspec-moe adds no noise while training; set it to 0.0 (eval logits do not depend on it)")
+    # router_aux_loss_coef weighs the load-balancing loss in training only; transformers adds it only with
+    # output_router_logits and over all layers at once, blockspec-moe per layer, summed
     return {"use": "moe", "n_experts": r.get("num_local_experts", int, 8),
             "top_k": r.get("num_experts_per_tok", int, 2), "renormalize": True,
             "aux_loss_coef": r.get("router_aux_loss_coef", float, 0.001)}
