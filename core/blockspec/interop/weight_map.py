@@ -1,8 +1,15 @@
 """One table of rules maps weights both ways, so import and export cannot drift apart.
 
-A rule says: the blockspec tensor ``target`` is the concatenation, along dim 0, of the
-Hugging Face tensors ``sources`` (in that order), each transposed first if ``transpose``
-(GPT-2's Conv1D stores (in, out)). Export splits by the recorded ``sizes``.
+A rule says how the blockspec tensor ``target`` is made of the Hugging Face tensors ``sources``:
+
+1. the sources are concatenated along dim 0, in order (export splits by the recorded ``sizes``);
+2. with ``regroup = (a, b)``, dim 0 of that, seen as (a, b, rest), is reordered to (b, a, rest):
+   GPT-NeoX keeps q, k, v per head, rows (heads, 3, head_dim), where blockspec's qkv is
+   (3, heads, head_dim);
+3. the result is transposed if ``transpose`` (GPT-2's Conv1D stores (in, out));
+4. with ``stack = n``, the sources are n equal groups, one after another, each made as above,
+   and the n results are stacked along a new dim 0 (Mixtral's experts: w1, w3 of each expert
+   -> blockspec's up (n_experts, 2·d_ff, d)).
 """
 
 from __future__ import annotations
@@ -17,8 +24,21 @@ from attrs import frozen
 class Rule:
     target: str
     sources: tuple[str, ...]
-    sizes: tuple[int, ...] = ()  # dim-0 size of each source's part of target; () for one source
+    sizes: tuple[int, ...] = ()  # dim-0 size of each source's part of a group; () for one source per group
     transpose: bool = False
+    regroup: tuple[int, int] | None = None  # (a, b): HF rows (a, b, rest) are blockspec rows (b, a, rest)
+    stack: int = 0  # > 0: that many groups of sources, stacked along a new dim 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.stack and len(self.sources) % self.stack:
+            raise ValueError(f"{self.target}: {len(self.sources)} sources do not split into {self.stack} groups")
+
+    def groups(self) -> list[tuple[str, ...]]:
+        """The sources of each stacked slice (one group, all the sources, when nothing is stacked)."""
+        if not self.stack:
+            return [self.sources]
+        per = len(self.sources) // self.stack
+        return [self.sources[g * per:(g + 1) * per] for g in range(self.stack)]
 
 
 def same(target: str, source: str, *, transpose: bool = False) -> Rule:
@@ -29,13 +49,47 @@ def stacked(target: str, sources: Iterable[str], sizes: Iterable[int]) -> Rule:
     return Rule(target=target, sources=tuple(sources), sizes=tuple(sizes))
 
 
+def regrouped(target: str, source: str, groups: tuple[int, int]) -> Rule:
+    """One source whose dim-0 blocks are ordered (a, b) where blockspec orders them (b, a)."""
+    return Rule(target=target, sources=(source,), regroup=groups)
+
+
+def per_expert(target: str, sources: Iterable[Iterable[str]], sizes: Iterable[int] = ()) -> Rule:
+    """Each expert's tensors (w1, w3 of one expert: a group), stacked along a new dim 0 by expert."""
+    groups = [tuple(group) for group in sources]
+    return Rule(target=target, sources=tuple(name for group in groups for name in group), sizes=tuple(sizes),
+                stack=len(groups))
+
+
+def _swap_blocks(tensor: torch.Tensor, first: int, second: int) -> torch.Tensor:
+    """Dim 0 seen as (first, second, rest) -> reordered (second, first, rest), flattened back."""
+    blocks = tensor.unflatten(0, (first, second, -1))  # (first, second, rest, ...)
+    return blocks.transpose(0, 1).flatten(0, 2)  # (second·first·rest, ...)
+
+
+def _build(rule: Rule, parts: list[torch.Tensor]) -> torch.Tensor:
+    """One group's HF tensors -> its blockspec tensor (steps 1-3 of the module docstring)."""
+    tensor = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
+    if rule.regroup is not None:
+        tensor = _swap_blocks(tensor, *rule.regroup)
+    return tensor.t() if rule.transpose else tensor  # Conv1D (in, out) -> Linear (out, in)
+
+
+def _unbuild(rule: Rule, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One group's blockspec tensor -> its HF tensors: ``_build`` undone."""
+    tensor = tensor.t() if rule.transpose else tensor  # Linear (out, in) -> Conv1D (in, out)
+    if rule.regroup is not None:
+        first, second = rule.regroup
+        tensor = _swap_blocks(tensor, second, first)
+    return tensor.split(list(rule.sizes), dim=0) if rule.sizes else (tensor,)
+
+
 def to_blockspec(rules: Iterable[Rule], read: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
     """Hugging Face tensors (by name, through ``read``) -> blockspec tensors."""
     state = {}
     for rule in rules:
-        parts = [read(name) for name in rule.sources]
-        tensor = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
-        state[rule.target] = tensor.t() if rule.transpose else tensor  # Conv1D (in, out) -> Linear (out, in)
+        built = [_build(rule, [read(name) for name in group]) for group in rule.groups()]
+        state[rule.target] = torch.stack(built) if rule.stack else built[0]  # (stack, ...) or as built
     return state
 
 
@@ -43,11 +97,11 @@ def to_hf(rules: Iterable[Rule], state: Mapping[str, torch.Tensor]) -> dict[str,
     """blockspec tensors -> Hugging Face tensors, each its own contiguous copy (safetensors needs that)."""
     tensors = {}
     for rule in rules:
-        tensor = state[rule.target]
-        tensor = tensor.t() if rule.transpose else tensor  # Linear (out, in) -> Conv1D (in, out)
-        parts = tensor.split(list(rule.sizes), dim=0) if rule.sizes else (tensor,)
-        for name, part in zip(rule.sources, parts, strict=True):
-            tensors[name] = part.detach().clone(memory_format=torch.contiguous_format)
+        whole = state[rule.target]
+        slices = whole.unbind(0) if rule.stack else (whole,)  # (stack, ...) -> stack tensors (...)
+        for group, tensor in zip(rule.groups(), slices, strict=True):
+            for name, part in zip(group, _unbuild(rule, tensor), strict=True):
+                tensors[name] = part.detach().clone(memory_format=torch.contiguous_format)
     return tensors
 
 

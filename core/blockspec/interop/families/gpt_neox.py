@@ -1,0 +1,228 @@
+"""GPT-NeoX and Pythia (GPTNeoXForCausalLM): config.json keys, export checks and weight names.
+
+GPT-NeoX fuses q, k and v into one ``query_key_value`` matrix like blockspec's qkv, but per head:
+its rows are (heads, 3, head_dim) where blockspec's are (3, heads, head_dim), so the rule regroups
+them. RoPE turns the first ``rotary_pct`` of each head in the "half" layout, as blockspec's rope
+with ``fraction`` does. Layers are parallel (``use_parallel_residual``: x + attn(ln1(x)) + mlp(ln2(x)))
+or sequential pre-norm; LayerNorms and MLP linears always have biases, attention's follow
+``attention_bias``. Older configs name the rope keys ``rotary_emb_base`` and ``rotary_pct``;
+transformers 5 writes them into ``rope_parameters`` and names the head ``lm_head`` in memory,
+``embed_out`` on disk.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from blockspec.spec.schema import ModelSpec
+from blockspec.interop.config_reader import ConfigReader, rope, rope_json
+from blockspec.interop.families.gpt2 import ACTIVATIONS
+from blockspec.interop.family import Family, common_misfits
+from blockspec.interop.weight_map import Rule, regrouped, same
+
+ARCHITECTURE = "GPTNeoXForCausalLM"
+PREFIX = "gpt_neox."
+HEAD = "embed_out.weight"
+IGNORED = re.compile(r"\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)$")  # buffers old checkpoints saved
+LAYER_INDEX = r"^gpt_neox\.layers\.(\d+)\."
+DEFAULT_BASE, DEFAULT_FRACTION = 10000.0, 0.25  # transformers' GPT-NeoX defaults (rotary_emb_base, rotary_pct)
+
+
+# ---------------------------------------------------------------- config.json -> spec
+
+
+def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
+    d_model, n_heads = r.get("hidden_size", int), r.get("num_attention_heads", int)
+    head_dim = d_model // n_heads if d_model and n_heads else None
+    # attention dropout: training only, blockspec's one rate is hidden_dropout; classifier_dropout: the
+    # sequence-classification head's, never built for GPTNeoXForCausalLM
+    r.accept("attention_dropout", "classifier_dropout")
+    model = {
+        "name": name, "vocab_size": r.get("vocab_size", int), "d_model": d_model,
+        "context_length": r.get("max_position_embeddings", int), "n_layers": r.get("num_hidden_layers", int),
+        "n_heads": n_heads, "d_ff": r.get("intermediate_size", int), "bias": True, "norm_placement": "pre",
+        "dropout": r.get("hidden_dropout", float, 0.0),
+    }
+    document = {
+        "model": model, "positional": _positional(r, head_dim),
+        "norm": {"use": "layernorm", "eps": r.get("layer_norm_eps", float, 1e-5)},
+        "activation": _activation(r), "attention": _attention(r),
+        "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, False)},
+    }
+    if r.get("use_parallel_residual", bool, True):
+        document["block"] = {"use": "parallel"}  # x + attn(norm1(x)) + ffn(norm2(x))
+    return document
+
+
+def _activation(r: ConfigReader) -> dict[str, Any]:
+    act = r.get("hidden_act", str, "gelu")
+    if act not in ACTIVATIONS:
+        r.problem("hidden_act", f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
+        return {"use": "gelu"}
+    return dict(ACTIVATIONS[act])
+
+
+def _attention(r: ConfigReader) -> dict[str, Any]:
+    """attention_bias (transformers >= 4.45) switches the qkv and output biases off; the MLP keeps its."""
+    if r.get("attention_bias", bool, True):
+        return {"use": "causal"}
+    return {"use": "causal", "qkv_bias": False, "out_bias": False}
+
+
+def _positional(r: ConfigReader, head_dim: int | None) -> dict[str, Any]:
+    """rope(r) reads rope_parameters (and any scaling); where that table lacks the base or the rotated
+    fraction, GPT-NeoX takes rotary_emb_base and rotary_pct, else 10000 and 0.25, never the top-level
+    rope_theta or partial_rotary_factor (transformers ignores those for GPT-NeoX: refused if they differ)."""
+    positional = rope(r)
+    table = _rope_table(r)
+    if table.get("rope_theta") is None:  # rope(r) took a top-level rope_theta as the base: GPT-NeoX does not
+        positional["base"] = r.get("rotary_emb_base", float, DEFAULT_BASE)
+        _same_as(r, "rope_theta", positional["base"], "the base GPT-NeoX uses")
+    else:
+        _same_as(r, "rotary_emb_base", positional["base"], "rope_parameters.rope_theta")
+    fraction_key = "rope_parameters.partial_rotary_factor"
+    if table.get("partial_rotary_factor") is None:
+        fraction_key = "rotary_pct"
+        positional["fraction"] = r.get("rotary_pct", float, DEFAULT_FRACTION)
+    else:
+        _same_as(r, "rotary_pct", positional.get("fraction", 1.0), fraction_key)
+    _same_as(r, "partial_rotary_factor", positional.get("fraction", 1.0), "the rotated fraction GPT-NeoX uses")
+    check_rotary_width(r, fraction_key, head_dim, positional.get("fraction", 1.0))
+    if positional.get("fraction") == 1.0:
+        del positional["fraction"]
+    return positional
+
+
+def _rope_table(r: ConfigReader) -> dict[str, Any]:
+    """The table transformers reads the rope from: rope_scaling (old name) before rope_parameters."""
+    table = r.config.get("rope_scaling") or r.config.get("rope_parameters")
+    return table if isinstance(table, dict) else {}
+
+
+def _same_as(r: ConfigReader, key: str, used: float, what: str) -> None:
+    """A key GPT-NeoX does not read here: harmless when it agrees with what is used, refused otherwise."""
+    value = r.get(key, float, None)
+    if value is not None and value != used:
+        r.problem(key, f"{value} differs from {what} ({used})", "transformers' GPT-NeoX ignores this key here; "
+                  "remove it or make it agree")
+
+
+def check_rotary_width(r: ConfigReader, key: str, head_dim: int | None, fraction: float) -> None:
+    """transformers turns int(head_dim · fraction) features; blockspec an even number of them, at least 2."""
+    if head_dim is None:
+        return
+    width = int(head_dim * fraction)
+    if width < 2 or width % 2:
+        r.problem(key, f"{fraction} of head_dim {head_dim} rotates {width} features",
+                  "blockspec's rope turns feature pairs: expected an even number, at least 2")
+
+
+# ---------------------------------------------------------------- spec -> config.json
+
+
+def misfits(spec: ModelSpec) -> list[str]:
+    """common_misfits less what GPT-NeoX has (parallel blocks, partial rope, attention biases apart from the
+    MLP's), and what it needs: LayerNorm with bias, rope in the half layout, biases, no grouped kv heads."""
+    m, block = spec.model, spec.block
+    problems = _without(common_misfits(spec), "block is", "[positional] fraction", "[attention] qkv_bias",
+                        "[attention] out_bias")
+    if block.distribution not in (None, "blockspec-blocks") or block.name not in ("pre", "parallel") or \
+            getattr(block.config, "shared_norm", False):
+        problems.append(f"block is {block.use!r}, expected 'parallel' (two norms) or 'pre'")
+    problems += _rope_misfits(spec)
+    affine = getattr(spec.norm.config, "elementwise_affine", False) and getattr(spec.norm.config, "bias", False)
+    if spec.norm.name != "layernorm" or not affine:
+        problems.append("expected norm 'layernorm' with weight and bias")
+    if spec.activation.name not in ("gelu", "relu", "silu"):
+        problems.append(f"activation is {spec.activation.name!r}, expected gelu, relu or silu")
+    if not m.bias or m.kv_heads != m.n_heads:
+        problems.append("expected bias = true (the MLP's) and no grouped kv heads")
+    if _attention_bias(spec) != _attention_bias(spec, "out_bias"):
+        problems.append("[attention] qkv_bias and out_bias differ: GPT-NeoX's attention_bias sets both")
+    return problems
+
+
+def _without(problems: list[str], *starts: str) -> list[str]:
+    return [p for p in problems if not p.startswith(starts)]
+
+
+def _rope_misfits(spec: ModelSpec) -> list[str]:
+    """Rope, and with a fraction the half layout: the interleaved-to-half export permutes whole heads."""
+    positional = spec.positional
+    if positional.name != "rope":
+        return [f"positional is {positional.name!r}, expected 'rope'"]
+    if getattr(positional.config, "fraction", 1.0) != 1.0 and positional.config.layout != "half":
+        return ["[positional] layout = 'interleaved' with a fraction: expected the half layout"]
+    return []
+
+
+def _attention_bias(spec: ModelSpec, option: str = "qkv_bias") -> bool:
+    value = getattr(spec.attention.config, option, None)
+    return spec.model.bias if value is None else value
+
+
+def config_json(spec: ModelSpec) -> dict[str, Any]:
+    m, positional, act = spec.model, spec.positional.config, spec.activation
+    fraction = getattr(positional, "fraction", 1.0)
+    rope_keys = rope_json(positional)
+    rope_keys["rope_parameters"]["partial_rotary_factor"] = fraction  # transformers' default is 0.25, not 1
+    function = {"relu": "relu", "silu": "silu"}.get(act.name) or (
+        "gelu_new" if getattr(act.config, "approximate", "none") == "tanh" else "gelu")
+    return {
+        "architectures": [ARCHITECTURE], "model_type": "gpt_neox", "vocab_size": m.vocab_size,
+        "hidden_size": m.d_model, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
+        "intermediate_size": m.d_ff, "hidden_act": function, "max_position_embeddings": m.context_length,
+        "layer_norm_eps": spec.norm.config.eps, "use_parallel_residual": spec.block.name == "parallel",
+        "attention_bias": _attention_bias(spec), "hidden_dropout": m.dropout, "attention_dropout": m.dropout,
+        "rotary_emb_base": positional.base, "rotary_pct": fraction, **rope_keys,
+        "tie_word_embeddings": spec.head.config.tied,
+    }
+
+
+# ---------------------------------------------------------------- weights
+
+
+def rules(spec: ModelSpec) -> list[Rule]:
+    found = [same("embedding.weight", "gpt_neox.embed_in.weight")]
+    found += [same(f"final_norm.{p}", f"gpt_neox.final_layer_norm.{p}") for p in ("weight", "bias")]
+    for i in range(spec.model.n_layers):
+        found += _block(spec, i)
+    if not spec.head.config.tied:
+        found.append(same("head.weight", HEAD))
+    return found
+
+
+def _block(spec: ModelSpec, i: int) -> list[Rule]:
+    ours, theirs = f"blocks.{i}", f"gpt_neox.layers.{i}"
+    heads = (spec.model.n_heads, 3)  # query_key_value rows: (heads, 3, head_dim); blockspec's: (3, heads, ...)
+    found = []
+    for p in ("weight", "bias"):
+        if p == "weight" or _attention_bias(spec):
+            found += [regrouped(f"{ours}.attn.qkv.{p}", f"{theirs}.attention.query_key_value.{p}", heads)]
+        if p == "weight" or _attention_bias(spec, "out_bias"):
+            found += [same(f"{ours}.attn.proj.{p}", f"{theirs}.attention.dense.{p}")]
+        found += [same(f"{ours}.norm1.{p}", f"{theirs}.input_layernorm.{p}"),
+                  same(f"{ours}.norm2.{p}", f"{theirs}.post_attention_layernorm.{p}"),
+                  same(f"{ours}.ffn.up.{p}", f"{theirs}.mlp.dense_h_to_4h.{p}"),
+                  same(f"{ours}.ffn.down.{p}", f"{theirs}.mlp.dense_4h_to_h.{p}")]
+    return found
+
+
+def normalize_name(name: str) -> str:
+    """transformers 5 may save the head as lm_head (its name in memory); files from GPTNeoXModel lack the prefix."""
+    if name in (HEAD, "lm_head.weight"):
+        return HEAD
+    return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def ignored(name: str, spec: ModelSpec) -> bool:
+    """Buffers transformers ignores too, and a tied model's redundant head copy."""
+    return bool(IGNORED.search(name)) or (name == HEAD and spec.head.config.tied)
+
+
+FAMILY = Family(
+    name="gpt_neox", title="GPT-NeoX", architectures={ARCHITECTURE: "gpt_neox"}, spec_dict=spec_dict,
+    misfits=misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX, normalize_name=normalize_name,
+    ignored=ignored,
+)

@@ -1,0 +1,115 @@
+"""Phi-3 (Phi3ForCausalLM): parity with transformers, config.json as released and as transformers 4 and
+5 write it, parameter counts, and refusals (longrope, by name)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import blockspec
+from blockspec.assembly.counting import count_parameters
+from blockspec.errors import CheckpointError
+from blockspec.interop import import_hf
+from blockspec.interop.hf_config import spec_dict
+
+from .hf_parity import assert_close, check_family, check_swaps_are_caught, ids_for, logits, tiny, transformers
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+             max_position_embeddings=64, pad_token_id=None, eos_token_id=None)  # Phi-3's 32000 is out of vocab
+CASES = {  # every feature: grouped kv heads, sliding window, partial rope, head_dim, tying
+    "gqa-window7-untied-v61": dict(vocab_size=61, num_key_value_heads=2, sliding_window=7),
+    "mha-tied-partial-head_dim16-v53": dict(vocab_size=53, tie_word_embeddings=True, partial_rotary_factor=0.5,
+                                            head_dim=16, rope_parameters={"rope_type": "default",
+                                                                          "rope_theta": 500.0}),
+}
+PHI_3_MINI_4K = {  # microsoft/Phi-3-mini-4k-instruct config.json, as released (transformers 4.40)
+    "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0, "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                                           "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True, "vocab_size": 32064,
+}
+
+
+def structured(config: dict, registry) -> blockspec.ModelSpec:
+    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
+
+
+def refused(config: dict) -> str:
+    with pytest.raises(CheckpointError) as caught:
+        spec_dict(config, file="config.json", name="m")
+    return str(caught.value)
+
+
+def hf_count(config: dict) -> int:
+    """transformers' own parameter count (tied weights once), built on the meta device."""
+    with torch.device("meta"):
+        model = transformers.Phi3ForCausalLM(transformers.Phi3Config.from_dict(config))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_parity_import_checkpoint_export(case, tmp_path, registry):
+    hf_model = tiny("Phi3", **SMALL, **CASES[case])
+    imported = check_family(hf_model, tmp_path, registry, length=24)
+    if case.startswith("gqa"):
+        assert imported.spec.attention.config.sliding_window == 7
+        check_swaps_are_caught(imported, hf_model, length=24)
+
+
+def test_transformers_4_config_imports_the_same_model(tmp_path, registry):
+    """rope_theta and partial_rotary_factor at the top level, rope_scaling null, no rope_parameters."""
+    hf_model = tiny("Phi3", **SMALL, vocab_size=61, sliding_window=5, partial_rotary_factor=0.5,
+                    rope_parameters={"rope_type": "default", "rope_theta": 2000.0})
+    hf_model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("rope_parameters")
+    config.update(rope_theta=2000.0, partial_rotary_factor=0.5, rope_scaling=None, torch_dtype="float32")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    imported = import_hf(tmp_path, registry=registry)
+    ids = ids_for(hf_model, 24)
+    assert_close(logits(imported, ids), logits(hf_model, ids), "transformers 4 layout")
+    assert (imported.spec.positional.config.base, imported.spec.positional.config.fraction) == (2000.0, 0.5)
+
+
+@pytest.mark.parametrize("config", [PHI_3_MINI_4K, transformers.Phi3Config().to_dict()],
+                         ids=["phi-3-mini-4k", "transformers-default"])
+def test_released_and_default_configs_import_with_transformers_parameter_count(config, registry):
+    spec = structured(config, registry)
+    assert count_parameters(spec, registry).exact == hf_count(config)
+
+
+def test_phi_3_mini_4k_is_a_3_8b_model_with_a_2047_token_window(registry):
+    spec = structured(PHI_3_MINI_4K, registry)
+    assert count_parameters(spec, registry).exact == 3_821_079_552
+    assert spec.attention.config.sliding_window == 2047
+
+
+def test_small_config_counts_as_transformers_does(registry):
+    config = {"architectures": ["Phi3ForCausalLM"], **SMALL, **CASES["mha-tied-partial-head_dim16-v53"]}
+    assert count_parameters(structured(config, registry), registry).exact == hf_count(config)
+
+
+LONGROPE = {"type": "su", "short_factor": [1.0] * 48, "long_factor": [1.0] * 48}
+
+
+@pytest.mark.parametrize(("change", "key", "says"), [
+    ({"rope_scaling": LONGROPE}, "$.rope_scaling.rope_type", "'su' (Phi-3 reads it as 'longrope')"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4,
+                          "long_factor": [1.0] * 4}}, "$.rope_parameters.rope_type", "'longrope'"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "$.rope_parameters.rope_type", "not one Phi-3"),
+    ({"hidden_act": "gelu"}, "$.hidden_act", "unsupported activation"),
+    ({"partial_rotary_factor": 0.375}, "$.partial_rotary_factor", "rotates 3 features"),
+    ({"rope_scaling_type": "su"}, "$.rope_scaling_type", "unknown Phi-3 config key"),
+])
+def test_keys_it_cannot_express_are_refused_at_the_key(change, key, says):
+    message = refused({"architectures": ["Phi3ForCausalLM"], **SMALL, "vocab_size": 50, **change})
+    assert len(message.splitlines()) == 1 and f"config.json: {key}: " in message and says in message
