@@ -48,7 +48,8 @@ EXAMPLES = {  # family name -> a small config.json of it
                  "max_position_embeddings": 64, "rotary_pct": 0.5, "rotary_emb_base": 10000},
     "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 32, "intermediate_size": 48,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
-             "max_position_embeddings": 64, "sliding_window": 16, "partial_rotary_factor": 0.5},
+             "max_position_embeddings": 64, "sliding_window": 16, "partial_rotary_factor": 0.5,
+             "pad_token_id": 0},  # the default pad id 32000 lies outside this vocabulary
     "mixtral": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 32,
                 "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "vocab_size": 50, "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2},
