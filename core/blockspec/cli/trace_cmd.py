@@ -131,11 +131,10 @@ def _refuse_hugging_face_file(path: str, model) -> None:
         return  # not readable: load_weights says how
     if not names or set(names) & set(model.state_dict()):
         return
-    for family in FAMILIES:
-        if any(re.match(family.layer_index, family.normalize_name(name)) for name in names):
-            raise UsageError(f"--weights: {path} is a Hugging Face {family.title} weights file (tensor names like "
-                             f"{sorted(names)[0]!r}); pass its folder, with its config.json, as SPEC, or turn "
-                             "it into a checkpoint with blockspec import-hf FOLDER --out CKPT")
+    if any(re.match(family.layer_index, family.normalize_name(name)) for family in FAMILIES for name in names):
+        raise UsageError(f"--weights: {path} is a Hugging Face weights file (tensor names like {sorted(names)[0]!r}); "
+                         "pass its folder, with its config.json, as SPEC, or turn it into a checkpoint with "
+                         "blockspec import-hf FOLDER --out CKPT")
 
 
 def _input_ids(args: argparse.Namespace, vocab_size: int):
