@@ -7,7 +7,6 @@ import json
 
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
-from blockspec.interop.hf_dir import CARRIED_PREFIX
 
 FLAGS = {"overwrite=True": "--force"}
 
@@ -31,6 +30,7 @@ def _export(args: argparse.Namespace) -> int:
     from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file
     from blockspec.errors import CheckpointError
     from blockspec.interop import export_hf
+    from blockspec.interop.hf_dir import CARRIED_PREFIX
 
     registry = registry_with_warnings()
     model = load(args.checkpoint, registry=registry)
