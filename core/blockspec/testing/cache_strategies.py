@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from blockspec.registry.components import Component
 from blockspec.testing.cache_cases import ENCODERS, CacheCase
-from blockspec.testing.cases import DTYPES
 from blockspec.testing.strategies import configs, model_configs
 
 FAR = 1100  # how far a prefix may reach, for checks of one component's hooks (cheap at any length)
 NEAR = 300  # the same for checks that attend over every position (O(T²) each)
+CACHE_DTYPES = ("float32", "float64")  # cached and uncached agree to rounding; half precision is another check's
 
 
 @st.composite
@@ -35,7 +35,7 @@ def cache_cases(draw, component: Component, *, far: int = FAR) -> CacheCase:
         batch=draw(st.integers(1, 2)),
         tokens=sum(chunks),
         seed=draw(st.integers(0, 2**16)),
-        dtype=draw(st.sampled_from(DTYPES)),
+        dtype=draw(st.sampled_from(CACHE_DTYPES)),
         start=prefix,
         chunks=chunks,
         encoder=draw(st.sampled_from(ENCODERS)),
