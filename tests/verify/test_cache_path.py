@@ -8,6 +8,8 @@ and an attention that drops its mask whenever a cache is passed.
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 import torch
@@ -67,6 +69,7 @@ def test_each_cache_bug_is_caught_by_the_cache_property(cache_bugs, qualified, p
     assert f"{qualified} (from broken-dist 0.0) fails {prop}" in result.message
     assert said in result.message
     assert isinstance(result.example, CacheCase)
+    assert json.loads(json.dumps(result.as_dict()))["example"]["chunks"] == list(result.example.chunks)
 
 
 @pytest.mark.parametrize(("qualified", "kept"), PASSED_BEFORE)

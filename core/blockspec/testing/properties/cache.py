@@ -220,12 +220,6 @@ def check_model_cache(component: Component, case: CacheCase, device: str) -> Non
                      "uncached call", **tolerance(case))
 
 
-def _decodes(component: Component) -> bool:
-    """not a positional encoder, a causal attention or a causal block"""
-    return component.kind == "positional" or (component.kind in ("attention", "block")
-                                              and "causal" in component.promises)
-
-
 CACHE = (
     Property(name="cache_positions", kind="positional", check=check_cache_positions, cases=_cases,
              summary="each hook per prefix and chunk at its start = rows of one call at 0; score_bias(n_q, n_k)"),
@@ -233,9 +227,10 @@ CACHE = (
              cases=_near_cases, summary="decoded through a LayerCache in chunks = one uncached call"),
 )
 
-MODEL_CACHE = (
-    Property(name="model_cache", when=_decodes, check=check_model_cache, cases=_near_cases, share=0.5,
-             summary="in a model: logits decoded through a KVCache in chunks = uncached logits"),
+MODEL_CACHE = tuple(  # one per kind that decodes, so other kinds' tables show no column for it
+    Property(name="model_cache", kind=kind, promise=promise, check=check_model_cache, cases=_near_cases, share=0.5,
+             summary="in a model: logits decoded through a KVCache in chunks = uncached logits")
+    for kind, promise in (("positional", None), ("attention", "causal"), ("block", "causal"))
 )
 
 __all__ = ["CACHE", "MODEL_CACHE", "ReferenceEncoder", "full_bias", "perturb", "reference_encoder"]
