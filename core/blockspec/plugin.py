@@ -39,8 +39,8 @@ What is here:
   component, recorded under the name given; ``.index`` and ``.dropout`` too.
 - Blocks: a ``block`` component owns the residuals; its ``forward(x, positional, start=0,
   cache=None)`` calls attention through ``attend(attn, x, positional, start, cache)``, which
-  passes the ``LayerCache`` only when decoding. ``PreNormBlock`` and ``PostNormBlock`` are the
-  core's two classic layouts.
+  passes the ``LayerCache`` (untouched: one per layer) only when decoding. ``PreNormBlock`` and
+  ``PostNormBlock`` are the core's two classic layouts.
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
   ``greater_than``, ``in_range``, ``one_of``. ``OMIT_DEFAULT``: field metadata that keeps a field
   out of dumped specs while it holds its default (for options added after specs were written).
@@ -50,8 +50,18 @@ What is here:
   ``max_positions`` and ``check_length``) and ``Activation`` (``gated = True`` for 2·d_ff -> d_ff).
   Norms, heads and attention are plain ``nn.Module``: (B, N, d) -> (B, N, d) for norm and
   attention, ``forward(x, positional, start, cache=None)`` for attention.
+- Positions: a call covers positions start..start+N-1. ``embed(x, start)`` and
+  ``rotate(q, k, start)`` give at each position what one call from 0 gives there (the cache keeps
+  rotated keys). ``score_bias(n_q, n_k, start)``: queries at start..start+n_q-1, keys ending where
+  they end (start+n_q-n_k..start+n_q-1; n_k = n_q without a cache, start + n_q with one), equal to
+  that slice of ``score_bias(T, T, 0)``, T = start + n_q.
 - ``KVCache`` and ``LayerCache``: an attention component's ``forward`` receives one layer's
-  ``LayerCache`` (``cache.update(k, v, start)`` -> all keys and values so far) during decoding.
+  ``LayerCache`` during decoding. In order: project q, k, v (k, v as (B, [model] kv_heads, N,
+  [model] head_dim)); ``positional.rotate`` if it rotates; ``k, v = cache.update(k, v, start)`` (all
+  keys and values so far: use these, not the cache's buffers); ``positional.score_bias(N,
+  k.shape[-2], start)`` if it biases; a causal mask aligned bottom-right (query i sees keys
+  j <= i + n_k - n_q), which a cached call of more than one token needs too.
+  docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.

@@ -37,9 +37,14 @@ class PositionalEncoding(nn.Module):
         return x
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (B, h, N, hs) and k (B, kv, N, hs) at positions start..start+N-1."""
+        """q (B, h, N, hs) and k (B, kv, N, hs) at positions start..start+N-1, each turned as at that position
+        alone: the KV cache keeps rotated keys, so rows must not depend on N or on where a call starts."""
         return q, k
 
     def score_bias(self, n_q: int, n_k: int, start: int = 0) -> torch.Tensor | None:
-        """An additive (h, n_q, n_k) or broadcastable bias to the attention scores."""
+        """An additive (h, n_q, n_k) or broadcastable bias to the attention scores.
+
+        Queries at positions start..start+n_q-1; keys end where they end, at start+n_q-n_k..start+n_q-1
+        (n_k = n_q without a cache, start + n_q with one): the slice of ``score_bias(T, T, 0)``, T = start + n_q.
+        """
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from blockspec.testing.properties.activation import ACTIVATION
 from blockspec.testing.properties.attention import ATTENTION
 from blockspec.testing.properties.block import BLOCK
+from blockspec.testing.properties.cache import CACHE, MODEL_CACHE
 from blockspec.testing.properties.ffn import FFN
 from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 from blockspec.testing.properties.head import HEAD
@@ -19,7 +20,7 @@ from blockspec.testing.properties.positional import POSITIONAL
 from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
-    *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *UNIVERSAL, *MODEL,
+    *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
 )
 
 
