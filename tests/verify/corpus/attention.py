@@ -1,0 +1,146 @@
+"""Attention: the core's causal attention with its mask as a method (correct), and broken copies."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from blockspec.assembly import builtin
+from blockspec.assembly.builtin import CausalAttentionConfig
+from blockspec.modules.attention import CausalSelfAttention, causal_mask
+from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding
+from tests.verify.corpus import CACHE_ATTENTION, RELATIVE_ATTENTION, Corpus, declared
+
+CORPUS = Corpus()
+CAUSAL = declared(builtin, "attention", "causal")
+
+
+def attention_as(cls: type) -> object:
+    """build_causal_attention, building the mutant's class."""
+
+    def build(config: CausalAttentionConfig, ctx: BuildContext) -> CausalSelfAttention:
+        m = ctx.model
+        return cls(d_model=m.d_model, n_heads=m.n_heads, n_kv_heads=m.kv_heads, bias=m.bias, dropout=m.dropout,
+                   head_dim=m.head_dim, qk_norm=config.qk_norm, qk_norm_eps=config.qk_norm_eps,
+                   logit_softcap=config.logit_softcap, sliding_window=config.sliding_window,
+                   query_scale=config.query_scale, qkv_bias=config.qkv_bias, out_bias=config.out_bias)
+
+    return build
+
+
+# --- correct: every score masked through one method --------------------------------------------------
+
+class HandMasked(CausalSelfAttention):
+    """The core attention on the explicit-mask path only, its mask a method the mask mutants override."""
+
+    def mask(self, n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        return causal_mask(n_q, n_k, device, dtype, window=self.sliding_window)  # (n_q, n_k)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        dropout = self.dropout if self.training else 0.0
+        if self.logit_softcap is not None:
+            return F.dropout(self.weights(q, k, bias), p=dropout) @ self._repeat_kv(v)  # (B, h, N_q, hs)
+        mask = self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        mask = mask if bias is None else bias.to(q.dtype) + mask
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.query_scale,
+                                              enable_gqa=self.n_kv_heads != self.n_heads)
+
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        scores = self.scores(q, k, bias) + self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+        return scores.softmax(dim=-1)  # (B, h, N_q, N_k)
+
+
+class WindowOffByOne(HandMasked):
+    def mask(self, n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril(diagonal=n_k - n_q)
+        if self.sliding_window is not None:
+            allowed = allowed.triu(diagonal=n_k - n_q - self.sliding_window)  # BUG: w + 1 keys, not w
+        return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+
+class TopLeftMask(HandMasked):
+    def mask(self, n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril()  # BUG: top-left, as if n_q == n_k
+        if self.sliding_window is not None:
+            allowed = allowed.triu(diagonal=n_k - n_q - self.sliding_window + 1)
+        return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+
+CORPUS.correct("attention", "causal_by_hand", CausalAttentionConfig, attention_as(HandMasked), promises=CAUSAL,
+               why="the core attention on its explicit-mask path: the mask mutants change one line of it")
+CORPUS.mutant("attention", "window_off_by_one", CausalAttentionConfig, attention_as(WindowOffByOne), like=CAUSAL,
+              catches="sliding_window", bug="a sliding window of w lets w + 1 keys through")
+CORPUS.mutant("attention", "mask_top_left", CausalAttentionConfig, attention_as(TopLeftMask), like=CAUSAL,
+              catches=CACHE_ATTENTION, bug="the causal mask aligned top-left: cached queries miss the newest keys")
+
+
+# --- mutants of the core attention ---------------------------------------------------------------------
+
+class RotaryV(CausalSelfAttention):
+    def project(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0):
+        q, k, v = super().project(x, positional, start)
+        if positional.rotates:
+            v, _ = positional.rotate(v, v, start)  # BUG: values rotated by position too
+        return q, k, v
+
+
+class RotateFromZero(CausalSelfAttention):
+    def project(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0):
+        return super().project(x, positional, 0)  # BUG: start not passed on, every chunk rotated from position 0
+
+
+class CacheDropsMask(CausalSelfAttention):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        if cache is None:
+            return super().forward(x, positional, start)
+        q, k, v = self.project(x, positional, start)
+        k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each
+        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.n_kv_heads != self.n_heads,
+                                           scale=self.query_scale)  # BUG: no mask with a cache (right for 1 token)
+        return self.proj(y.transpose(1, 2).reshape(*x.shape[:2], -1))  # (B, h, N, hs) -> (B, N, h·hs)
+
+
+class CapAfterMask(CausalSelfAttention):
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        mask = causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype, window=self.sliding_window)
+        bias = mask if bias is None else bias + mask  # BUG: masked inside the cap, so -inf becomes -cap
+        return self.scores(q, k, bias).softmax(dim=-1)
+
+
+class QKNormNoSqrt(CausalSelfAttention):
+    def normalise_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.qk_norm != "head":
+            return super().normalise_qk(q, k)
+        return _no_sqrt(self.q_norm, q), _no_sqrt(self.k_norm, k)
+
+
+def _no_sqrt(norm: torch.nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    return x / (x.pow(2).mean(dim=-1, keepdim=True) + norm.eps) * norm.weight  # BUG: the square root is missing
+
+
+class QKNormNoTranspose(CausalSelfAttention):
+    def normalise_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.qk_norm != "all":
+            return super().normalise_qk(q, k)
+        return _untransposed(self.q_norm, q), _untransposed(self.k_norm, k)
+
+
+def _untransposed(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    batch, heads, n_tokens, head_dim = x.shape
+    joined = x.reshape(batch, n_tokens, heads * head_dim)  # BUG: (B, h, N, hs) reshaped without the transpose
+    return norm(joined).view(batch, heads, n_tokens, head_dim)
+
+
+CORPUS.mutant("attention", "rotary_v", CausalAttentionConfig, attention_as(RotaryV),
+              like=CAUSAL, catches=RELATIVE_ATTENTION, bug="the rotary encoder turns v as well as q and k")
+CORPUS.mutant("attention", "rotate_from_zero", CausalAttentionConfig, attention_as(RotateFromZero), like=CAUSAL,
+              catches=CACHE_ATTENTION, bug="start is not passed to rotate(): a cached chunk is rotated from position 0")
+CORPUS.mutant("attention", "cache_drops_mask", CausalAttentionConfig, attention_as(CacheDropsMask), like=CAUSAL,
+              catches=CACHE_ATTENTION, bug="no causal mask whenever a cache is passed, right only for one token at a time")
+CORPUS.mutant("attention", "cap_after_mask", CausalAttentionConfig, attention_as(CapAfterMask), like=CAUSAL,
+              catches="causal", bug="logit_softcap applied after the mask: masked scores become -cap, not -inf")
+CORPUS.mutant("attention", "qk_norm_no_sqrt", CausalAttentionConfig, attention_as(QKNormNoSqrt), like=CAUSAL,
+              catches="qk_norm", bug="per-head qk norm divides by the mean square, not its root")
+CORPUS.mutant("attention", "qk_norm_no_transpose", CausalAttentionConfig, attention_as(QKNormNoTranspose),
+              like=CAUSAL, catches="qk_norm", bug="the all-heads qk norm joins (B, h, N, hs) without the transpose")

@@ -1,0 +1,126 @@
+"""Blocks: a pre-norm block with LayerDrop (correct), and broken copies of it and of the first-party and
+extras blocks."""
+
+from __future__ import annotations
+
+import blockspec_blocks
+import blockspec_extras
+import torch
+from attrs import field, frozen
+from blockspec_blocks import OutputNormConfig, PreConfig, SandwichConfig
+from blockspec_blocks.modules import OutputNormBlock, SandwichBlock
+from blockspec_extras import ReZeroConfig
+from blockspec_extras.rezero import ReZeroBlock
+
+from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding, PreNormBlock, attend, in_range
+from tests.verify.corpus import MODEL_CACHE, Corpus, declared
+
+CORPUS = Corpus()
+PRE = declared(blockspec_blocks, "block", "pre")
+SANDWICH = declared(blockspec_blocks, "block", "sandwich")
+OUTPUT_NORM = declared(blockspec_blocks, "block", "output_norm")
+REZERO = declared(blockspec_extras, "block", "rezero")
+PRE_PARTS = ("norm1", "attn", "norm2", "ffn")
+
+
+def _parts(ctx: BuildContext, names: tuple[str, ...]) -> dict:
+    """The sublayers ``names`` (attn, ffn, norm1, ...) from ctx.layer, in the order given."""
+    layer = ctx.layer
+    made = {"attn": lambda: layer.attention("attn"), "ffn": lambda: layer.ffn("ffn")}
+    return {name: made[name]() if name in made else layer.norm(name) for name in names}
+
+
+# --- correct: pre-norm with LayerDrop, random in training only -----------------------------------------
+
+@frozen(kw_only=True)
+class LayerDropConfig:
+    """Pre-norm, and in training the whole layer is skipped with probability layer_drop (Fan et al. 2019)."""
+
+    layer_drop: float = field(default=0.2, validator=in_range(0.0, 1.0))
+
+
+class LayerDropBlock(PreNormBlock):
+    def __init__(self, *, layer_drop: float, **parts) -> None:
+        super().__init__(**parts)
+        self.layer_drop = layer_drop
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        return x if self.skips() else super().forward(x, positional, start, cache)
+
+    def skips(self) -> bool:
+        return self.training and bool(torch.rand(()) < self.layer_drop)
+
+
+class LayerDropInEval(LayerDropBlock):
+    def skips(self) -> bool:
+        return bool(torch.rand(()) < self.layer_drop)  # BUG: no self.training check, layers vanish at inference
+
+
+def layer_drop_as(cls: type) -> object:
+    def build(config: LayerDropConfig, ctx: BuildContext) -> PreNormBlock:
+        return cls(layer_drop=config.layer_drop, dropout=ctx.layer.dropout, **_parts(ctx, PRE_PARTS))
+
+    return build
+
+
+CORPUS.correct("block", "layer_drop", LayerDropConfig, layer_drop_as(LayerDropBlock), promises=PRE,
+               why="random in training, deterministic in eval")
+CORPUS.mutant("block", "layer_drop_in_eval", LayerDropConfig, layer_drop_as(LayerDropInEval), like=PRE,
+              catches="deterministic", bug="LayerDrop without the training check: random at inference")
+
+
+# --- mutants of pre, sandwich, output-norm and ReZero ------------------------------------------------
+
+class ResidualAfterNorm(PreNormBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = self.norm1(x)  # BUG: the residual stream is normalised, not just the sublayer's input
+        x = x + self.drop(attend(self.attn, x, positional, start, cache))
+        return x + self.drop(self.ffn(self.norm2(x)))
+
+
+class NormOnStream(SandwichBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        a = attend(self.attn, self.norm1(x), positional, start, cache)
+        x = self.post_attn_norm(x + a)  # BUG: the post norm wraps the residual add, not the sublayer
+        return self.post_ffn_norm(x + self.ffn(self.norm2(x)))
+
+
+class AlphaOnStream(ReZeroBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = self.alpha_attn * (x + attend(self.attn, x, positional, start, cache))  # BUG: α scales the sum
+        return self.alpha_ffn * (x + self.ffn(x))
+
+
+class ForgetsCache(OutputNormBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        a = self.attn(x, positional, start)  # BUG: the cache is not passed on, so decoding sees no prefix
+        x = x + self.drop(self.norm1(a))
+        return x + self.drop(self.norm2(self.ffn(x)))
+
+
+def block_as(cls: type, names: tuple[str, ...]) -> object:
+    def build(config: object, ctx: BuildContext) -> torch.nn.Module:
+        return cls(dropout=ctx.layer.dropout, **_parts(ctx, names))
+
+    return build
+
+
+def build_alpha_on_stream(config: ReZeroConfig, ctx: BuildContext) -> ReZeroBlock:
+    return AlphaOnStream(alpha_init=config.alpha_init, **_parts(ctx, ("attn", "ffn")))
+
+
+SANDWICH_PARTS = ("norm1", "attn", "post_attn_norm", "norm2", "ffn", "post_ffn_norm")
+CORPUS.mutant("block", "pre_residual_after_norm", PreConfig, block_as(ResidualAfterNorm, PRE_PARTS), like=PRE,
+              catches="residual", bug="the residual is taken after the input norm")
+CORPUS.mutant("block", "sandwich_norm_on_stream", SandwichConfig, block_as(NormOnStream, SANDWICH_PARTS),
+              like=SANDWICH, catches="residual", bug="the post-sublayer norms wrap the residual add")
+CORPUS.mutant("block", "rezero_alpha_on_stream", ReZeroConfig, build_alpha_on_stream, like=REZERO,
+              catches="residual", bug="α multiplies x + f(x) instead of f(x)")
+CORPUS.mutant("block", "output_norm_forgets_cache", OutputNormConfig,
+              block_as(ForgetsCache, ("attn", "norm1", "ffn", "norm2")), like=OUTPUT_NORM, catches=MODEL_CACHE,
+              bug="the attention is called without the layer's cache")

@@ -1,0 +1,124 @@
+"""FFNs: broken copies of blockspec-moe's mixture of experts and of the core's dense FFN."""
+
+from __future__ import annotations
+
+import blockspec_moe
+import torch
+from blockspec_moe import MoEConfig
+from blockspec_moe.modules import MixtureOfExperts
+
+from blockspec.assembly import builtin
+from blockspec.assembly.builtin import DenseFFNConfig
+from blockspec.modules.feed_forward import FeedForward
+from blockspec.plugin import BuildContext
+from tests.verify.corpus import DTYPES, Corpus, declared
+
+CORPUS = Corpus()
+MOE = declared(blockspec_moe, "ffn", "moe")
+DENSE = declared(builtin, "ffn", "dense")
+Routing = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def moe_as(cls: type) -> object:
+    """build_moe, building the mutant's class."""
+
+    def build(config: MoEConfig, ctx: BuildContext) -> MixtureOfExperts:
+        shared = config.n_shared_experts > 0
+        return cls(d_model=ctx.model.d_model, d_ff=config.expert_d_ff or ctx.model.d_ff,
+                   n_experts=config.n_experts, top_k=config.top_k, renormalize=config.renormalize,
+                   activation=ctx.layer.activation("act"), bias=ctx.model.bias,
+                   n_shared_experts=config.n_shared_experts,
+                   shared_activation=ctx.layer.activation("shared.act") if shared else None,
+                   shared_gate=config.shared_gate and shared, aux_loss_coef=config.aux_loss_coef,
+                   n_layers=ctx.model.n_layers)
+
+    return build
+
+
+class Unnormalised(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, index = torch.topk(probs, self.top_k, dim=-1)  # BUG: renormalize is never applied
+        return weights.to(logits.dtype), index, probs
+
+
+class TokenSoftmax(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        probs = torch.softmax(logits, dim=0, dtype=torch.promote_types(logits.dtype, torch.float32))  # BUG: over tokens
+        weights, index = torch.topk(probs, self.top_k, dim=-1)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(logits.dtype), index, probs
+
+
+class TopKThenSoftmax(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        top, index = torch.topk(logits, self.top_k, dim=-1)
+        weights = torch.softmax(top, dim=-1)  # BUG: a softmax over the top k: renormalised even when it must not be
+        return weights.to(logits.dtype), index, probs
+
+
+class WideWeights(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, index = torch.topk(probs, self.top_k, dim=-1)
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights, index, probs  # BUG: float32 weights, never cast back: half-precision tokens come out float32
+
+
+class GatherModulo(MixtureOfExperts):
+    def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor):
+        assigned = index.reshape(-1)  # (T·k,)
+        order = assigned.argsort(stable=True)
+        counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
+        tokens = order % self.top_k  # BUG: the assignment's slot, not its token (order // top_k)
+        grouped = flat.index_select(0, tokens)  # (T·k, d)
+        outputs = [self.expert(e, chunk) for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
+        y = torch.cat(outputs) * weights.reshape(-1)[order].unsqueeze(-1)
+        return torch.zeros_like(flat).index_add_(0, tokens, y), counts  # (T, d)
+
+
+CORPUS.mutant("ffn", "moe_unnormalised", MoEConfig, moe_as(Unnormalised), like=MOE, catches="mixture_routing",
+              bug="renormalize = true is ignored: the top-k weights do not sum to 1")
+CORPUS.mutant("ffn", "moe_token_softmax", MoEConfig, moe_as(TokenSoftmax), like=MOE, catches="mixture_routing",
+              bug="the router's softmax over dim 0, the tokens, instead of the experts")
+CORPUS.mutant("ffn", "moe_top_k_then_softmax", MoEConfig, moe_as(TopKThenSoftmax), like=MOE,
+              catches="mixture_routing", bug="softmax over the top-k logits: always renormalised")
+CORPUS.mutant("ffn", "moe_wide_weights", MoEConfig, moe_as(WideWeights), like=MOE, catches=DTYPES,
+              bug="routing weights left in float32: half-precision tokens come out float32")
+CORPUS.mutant("ffn", "moe_gather_modulo", MoEConfig, moe_as(GatherModulo), like=MOE, catches="mixture_sum",
+              bug="assignments mapped to tokens by order % top_k instead of order // top_k")
+
+
+class SequenceFirst(FeedForward):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        seq_first = x.transpose(0, 1)  # (N, B, d): written for fairseq's sequence-first layout
+        out = self.down(self.act(self.up(seq_first)))  # (N, B, d)
+        return out.reshape(x.shape)  # BUG: (N, B, d) read back as (B, N, d) without the transpose
+
+
+class PlainList(FeedForward):
+    def __init__(self, *, d_model: int, d_ff: int, activation: torch.nn.Module, bias: bool) -> None:
+        super().__init__(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
+        self.linears = [self.up, self.down]  # BUG: a plain list, not an nn.ModuleList, holds the two linears
+        del self.up, self.down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up, down = self.linears
+        return down(self.act(up(x)))
+
+
+def dense_as(cls: type) -> object:
+    def build(config: DenseFFNConfig, ctx: BuildContext) -> FeedForward:
+        m = ctx.model
+        return cls(d_model=m.d_model, d_ff=m.d_ff, activation=ctx.layer.activation("act"), bias=m.bias)
+
+    return build
+
+
+CORPUS.mutant("ffn", "dense_sequence_first", DenseFFNConfig, dense_as(SequenceFirst), like=DENSE,
+              catches="position_wise", bug="computed sequence-first and reshaped back without the transpose")
+CORPUS.mutant("ffn", "dense_plain_list", DenseFFNConfig, dense_as(PlainList), like=DENSE, catches="state_dict",
+              bug="the linears kept in a plain list: absent from state_dict(), parameters() and .to()")
