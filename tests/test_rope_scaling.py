@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import hypothesis
 import pytest
 import torch
 
@@ -23,6 +24,7 @@ from blockspec.testing import Case, PropertyFailure  # noqa: E402
 from blockspec.testing.properties import find  # noqa: E402
 from blockspec.testing.properties.rope import expected_frequency, expected_magnitude  # noqa: E402
 from blockspec.testing.runner import check  # noqa: E402
+from blockspec.testing.strategies import _construct, configs  # noqa: E402
 from blockspec.train.generate import generate  # noqa: E402
 from blockspec_positional import RopeConfig  # noqa: E402
 from blockspec_positional.rope import RotaryPositions, Scaling, scaled_frequencies  # noqa: E402
@@ -195,6 +197,25 @@ def test_yarn_scales_cos_and_sin_so_scores_grow_by_its_square():
 def test_the_kit_checks_every_scaling(prop, registry):
     result = check(registry.get("positional", "rope"), find(prop, "positional"), max_examples=30)
     assert result.status == "passed", result.message
+
+
+def test_the_kit_draws_every_scaling_and_unsets_the_options_it_does_not_take():
+    """configs() falls back to the default of a field the validators refuse, so options that only one
+    scaling takes are drawn unset for the others instead of sinking nearly every draw."""
+    seen = set()
+
+    @hypothesis.settings(max_examples=200, database=None, derandomize=True)
+    @hypothesis.given(configs(RopeConfig))
+    def draw(config):
+        seen.add(config.scaling)
+
+    draw()
+    assert seen == {"none", "linear", "dynamic", "llama3", "yarn"}
+    drawn = dict(base=500.0, layout="half", fraction=1.0, scaling="linear", factor=2.0, original_context_length=8,
+                 low_freq_factor=2.0, high_freq_factor=None, attention_factor=1.5, beta_fast=4.0, beta_slow=None,
+                 truncate=False)
+    assert _construct(RopeConfig, drawn) == RopeConfig(base=500.0, scaling="linear", factor=2.0)
+    assert _construct(RopeConfig, {**drawn, "factor": None}) is None  # a missing option has no default to fall to
 
 
 def test_the_kits_frequency_check_catches_a_wrong_formula(registry):
