@@ -57,8 +57,9 @@ def test_model_type_alone_identifies_the_architecture(registry):
 
 
 @pytest.mark.parametrize(("change", "path", "words"), [
-    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "$.rope_scaling.rope_type", "RoPE scaling 'llama3'"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "$.rope_parameters.rope_type", "'yarn'"),
+    ({"rope_scaling": {"rope_type": "longrope", "factor": 8.0}}, "$.rope_scaling.rope_type", "RoPE scaling 'longrope'"),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4}}, "$.rope_parameters.rope_type",
+     "'proportional'"),
     ({"sliding_window": 32}, "$.sliding_window", "sliding-window attention"),
     ({"hidden_act": "gelu"}, "$.hidden_act", "unsupported activation 'gelu'"),
     ({"partial_rotary_factor": 0.5}, "$.partial_rotary_factor", "partial RoPE"),
@@ -85,7 +86,7 @@ def test_gpt2_refusals_name_the_key(change, path):
 
 
 def test_every_problem_is_reported_at_once():
-    message = refused({**LLAMA, "hidden_act": "relu", "rope_scaling": {"type": "linear", "factor": 2.0}})
+    message = refused({**LLAMA, "hidden_act": "relu", "rope_scaling": {"type": "su", "factor": 2.0}})
     assert len(message.splitlines()) == 2
 
 

@@ -44,6 +44,8 @@ What is here:
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
   ``greater_than``, ``in_range``, ``one_of``. ``OMIT_DEFAULT``: field metadata that keeps a field
   out of dumped specs while it holds its default (for options added after specs were written).
+  ``FieldError(field, message)``: what they raise; raise it from ``__attrs_post_init__`` for a check that
+  relates fields, and the spec's error names ``$.<kind>.<field>``.
 - ``ContextLengthError``: what a bounded positional encoder raises past its table.
 - Kind base classes: ``PositionalEncoding`` (every positional component subclasses it: flags
   ``adds``/``rotates``/``biases`` and hooks ``embed``/``rotate``/``score_bias``,
@@ -77,7 +79,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from blockspec.assembly.context import BuildContext, LayerParts
-from blockspec.errors import ContextLengthError
+from blockspec.errors import ContextLengthError, FieldError
 from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
 from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive
@@ -121,6 +123,7 @@ __all__ = [
     "Config",
     "LayerParts",
     "ContextLengthError",
+    "FieldError",
     "KVCache",
     "LayerCache",
     "ModelConfig",

@@ -8,7 +8,10 @@ The reader remembers which keys were read: a key no family read and nobody decla
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import attrs
 
 from blockspec.errors import CheckpointError, Problem
 
@@ -84,49 +87,168 @@ class ConfigReader:
             raise CheckpointError("\n".join(str(p) for p in self.problems))
 
 
+# rope_type -> the keys transformers reads from its table for it, besides the type, rope_theta and
+# partial_rotary_factor (modeling_rope_utils: _compute_*_parameters and _validate_*_rope_parameters)
+ROPE_TYPES: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"),
+}
+ROPE_TYPE_HINT = "blockspec's rope imports rope_type default, linear, dynamic, llama3 and yarn"
+# [positional] option -> its rope_parameters key
+ROPE_OPTION_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings",
+                    "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor",
+                    "attention_factor": "attention_factor", "beta_fast": "beta_fast", "beta_slow": "beta_slow",
+                    "truncate": "truncate"}
+
+
 def rope(r: ConfigReader) -> dict[str, Any]:
-    """The [positional] table of a rotary family: base from new-style ``rope_parameters`` or old-style
-    top-level keys, the rotated fraction from ``partial_rotary_factor`` (either place), scaling refused."""
-    parameters, scaling = r.table("rope_parameters"), r.table("rope_scaling")
-    for key, table in (("rope_parameters", parameters), ("rope_scaling", scaling)):
-        if table is None:
-            continue
-        kind = table.get("rope_type", table.get("type", "default"))
-        if kind != "default":
-            r.problem(f"{key}.rope_type", f"RoPE scaling {kind!r} is not supported",
-                      "blockspec's rope has no scaling; only rope_type 'default' imports")
-    fraction = _sub(r, parameters, "partial_rotary_factor", None)
+    """The [positional] table of a rotary family, read from the table transformers reads: ``rope_scaling``
+    (old layout, type under ``type`` or ``rope_type``) when set, since it then replaces ``rope_parameters``
+    (transformers 5's layout), else ``rope_parameters``. Every key of it is read for its rope_type or
+    refused at its path; the base may also sit at the top level (``rope_theta``), and so may the rotated
+    fraction (``partial_rotary_factor``)."""
+    name, table = _rope_table(r)
+    sub = ConfigReader(table, r.file)
+    kind = _rope_type(sub)
+    fraction = sub.get("partial_rotary_factor", float, None)
     fraction = fraction if fraction is not None else r.get("partial_rotary_factor", float, 1.0)
-    theta, top = _sub(r, parameters, "rope_theta", None), r.get("rope_theta", float, None)
-    if theta is not None and top is not None and theta != top:
-        r.problem("rope_theta", f"{top} differs from rope_parameters.rope_theta = {theta}", "keep one of them")
-    base = theta if theta is not None else top if top is not None else 10000.0
-    positional: dict[str, Any] = {"use": "rope", "base": base, "layout": "half"}
+    positional: dict[str, Any] = {"use": "rope", "base": _rope_base(r, sub, name), "layout": "half"}
     if fraction != 1.0:
         positional["fraction"] = fraction
+    if kind in ROPE_TYPES and kind != "default":
+        positional.update(_rope_scaling(r, sub, name, kind))
+    unread = {key for key, value in table.items() if value is not None} - sub.read if kind in ROPE_TYPES else ()
+    reads = ", ".join(ROPE_TYPES.get(kind, ())) or "no other key"
+    for key in sorted(unread):
+        sub.problem(key, f"unknown key for rope_type {kind!r}",
+                    f"transformers reads {reads} for it; blockspec cannot tell what this one was meant to change")
+    _rope_problems(r, sub, name)
+    if name == "rope_scaling":
+        _rope_tables_agree(r, table, positional, kind)
     return positional
 
 
-def _sub(r: ConfigReader, table: dict[str, Any] | None, key: str, default: Any) -> Any:
-    """A float from a sub-table (rope_parameters), its problems reported under the table's path."""
-    if table is None or table.get(key) is None:
-        return default
-    inner = ConfigReader(table, r.file)
-    value = inner.get(key, float)
-    r.problems += [Problem(file=p.file, path="$.rope_parameters" + p.path[1:], message=p.message)
-                   for p in inner.problems]
-    return value if value is not None else default
+def _rope_table(r: ConfigReader) -> tuple[str, dict[str, Any]]:
+    """The table transformers reads and its key: rope_scaling when set and not empty, else rope_parameters."""
+    parameters, scaling = r.table("rope_parameters"), r.table("rope_scaling")
+    return ("rope_scaling", scaling) if scaling else ("rope_parameters", parameters or {})
+
+
+def _rope_type(sub: ConfigReader) -> str:
+    """The table's rope_type (old: type; both must agree), "default" when absent; unsupported ones refused."""
+    given = {key: sub.get(key, str, None) for key in ("rope_type", "type")}
+    named = {key: kind for key, kind in given.items() if kind is not None}
+    if len(set(named.values())) > 1:
+        sub.problem("type", f"{named['type']!r} differs from rope_type {named['rope_type']!r}", "keep one of them")
+    key, kind = next(iter(named.items()), ("rope_type", "default"))
+    if kind not in ROPE_TYPES:
+        sub.problem(key, f"RoPE scaling {kind!r} is not supported", ROPE_TYPE_HINT)
+    return kind
+
+
+def _rope_base(r: ConfigReader, sub: ConfigReader, name: str) -> float:
+    """rope_theta from the table, or the top level, or 10000; the two places must agree."""
+    theta, top = sub.get("rope_theta", float, None), r.get("rope_theta", float, None)
+    if theta is not None and top is not None and theta != top:
+        r.problem("rope_theta", f"{top} differs from {name}.rope_theta = {theta}", "keep one of them")
+    return theta if theta is not None else top if top is not None else 10000.0
+
+
+def _rope_scaling(r: ConfigReader, sub: ConfigReader, name: str, kind: str) -> dict[str, Any]:
+    """The [positional] scaling options of a linear, dynamic, llama3 or yarn table."""
+    found: dict[str, Any] = {"scaling": kind, "factor": sub.get("factor", float)}
+    if kind in ("llama3", "yarn"):
+        found["original_context_length"] = _original_length(r, sub, name)
+    if kind == "llama3":
+        found.update(low_freq_factor=sub.get("low_freq_factor", float),
+                     high_freq_factor=sub.get("high_freq_factor", float))
+    if kind == "yarn":
+        found.update(_yarn_options(sub, found["factor"]))
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _original_length(r: ConfigReader, sub: ConfigReader, name: str) -> int | None:
+    """original_max_position_embeddings: transformers prefers a top-level one to the table's, and falls
+    back to max_position_embeddings; a top-level one that differs from the table's is refused."""
+    inside = sub.get("original_max_position_embeddings", int, None)
+    top = r.get("original_max_position_embeddings", int, None)
+    if top is not None and inside is not None and top != inside:
+        r.problem("original_max_position_embeddings", f"{top} differs from {name}.original_max_position_embeddings"
+                  f" = {inside}", "transformers uses the top-level one; keep one of them")
+    found = top if top is not None else inside
+    return found if found is not None else r.get("max_position_embeddings", int, None)
+
+
+def _yarn_options(sub: ConfigReader, factor: float | None) -> dict[str, Any]:
+    """attention_factor as transformers resolves it (given; else from mscale / mscale_all_dim when both are
+    set and not zero; else left to the default 0.1·ln(factor) + 1), the betas (0 or absent: the default)."""
+    attention = sub.get("attention_factor", float, None)
+    mscale, mscale_all_dim = sub.get("mscale", float, None), sub.get("mscale_all_dim", float, None)
+    if attention is None and mscale and mscale_all_dim and factor is not None:
+        attention = _mscale(factor, mscale) / _mscale(factor, mscale_all_dim)
+    return {"attention_factor": attention, "beta_fast": sub.get("beta_fast", float, None) or None,
+            "beta_slow": sub.get("beta_slow", float, None) or None, "truncate": sub.get("truncate", bool, None)}
+
+
+def _mscale(factor: float, mscale: float) -> float:
+    return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def _rope_problems(r: ConfigReader, sub: ConfigReader, name: str) -> None:
+    """The table's problems, moved under its key: $.rope_parameters.factor."""
+    r.problems += [attrs.evolve(p, path=f"$.{name}" + p.path[1:]) for p in sub.problems]
+
+
+def _rope_tables_agree(r: ConfigReader, scaling: dict[str, Any], positional: dict[str, Any], kind: str) -> None:
+    """rope_parameters beside rope_scaling is ignored by transformers (rope_scaling replaces it), so it
+    must say the same: each of its keys equals what was read (its type, base, fraction or rope_scaling's key)."""
+    parameters = r.config.get("rope_parameters") or {}
+    read = {"rope_type": kind, "type": kind, "rope_theta": positional["base"],
+            "partial_rotary_factor": positional.get("fraction", 1.0)}
+    for key, value in sorted(parameters.items()) if isinstance(parameters, dict) else ():
+        expected = read[key] if key in read else scaling.get(key)
+        if value != expected:
+            r.problem(f"rope_parameters.{key}", f"{value!r} differs from what transformers reads, rope_scaling's "
+                      f"{expected!r}", "transformers reads rope_scaling when both are set: make them agree")
 
 
 def rope_theta(r: ConfigReader) -> float:
-    """The rope base alone (kept for families that read nothing else of the rope)."""
-    return rope(r)["base"]
+    """The rope base alone, for families whose rotary embedding has no scaling: a scaling is refused."""
+    positional = rope(r)
+    if positional.get("scaling", "none") != "none":
+        name, _ = _rope_table(r)
+        r.problem(f"{name}.rope_type", f"RoPE scaling {positional['scaling']!r} is not supported by this family",
+                  "only rope_type 'default' imports")
+    return positional["base"]
 
 
 def rope_json(positional: Any) -> dict[str, Any]:
-    """The config.json keys of a rope [positional] config: written new-style (``rope_parameters``) and
-    old-style (top-level ``rope_theta``), so transformers old and new read the same base."""
+    """The config.json keys of a rope [positional] config, new layout (``rope_parameters``) and old (top-level
+    ``rope_theta``; a scaling also as ``rope_scaling``, under the type key of the first transformers release
+    that read it), so transformers old and new compute the same frequencies."""
     parameters: dict[str, Any] = {"rope_type": "default", "rope_theta": positional.base}
     if getattr(positional, "fraction", 1.0) != 1.0:
         parameters["partial_rotary_factor"] = positional.fraction
-    return {"rope_theta": positional.base, "rope_parameters": parameters}
+    kind, options = _scaling_json(positional)
+    if kind == "none":
+        return {"rope_theta": positional.base, "rope_parameters": parameters}
+    old = {"type" if kind in ("linear", "dynamic") else "rope_type": kind, **options}
+    if "partial_rotary_factor" in parameters:  # rope_scaling replaces rope_parameters in transformers 5
+        old["partial_rotary_factor"] = parameters["partial_rotary_factor"]
+    return {"rope_theta": positional.base, "rope_parameters": {**parameters, "rope_type": kind, **options},
+            "rope_scaling": old}
+
+
+def _scaling_json(positional: Any) -> tuple[str, dict[str, Any]]:
+    """The scaling type and its set options under their rope_parameters keys; llama3's defaults written out,
+    since transformers requires them."""
+    kind = getattr(positional, "scaling", "none")
+    options = {key: getattr(positional, option) for option, key in ROPE_OPTION_KEYS.items()
+               if getattr(positional, option, None) is not None}
+    if kind == "llama3":
+        options = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, **options}
+    return kind, options

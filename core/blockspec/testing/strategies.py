@@ -79,7 +79,9 @@ def _near_int(default: int) -> list[int]:
 def configs(config_cls: type, overrides: dict[str, st.SearchStrategy] | None = None) -> st.SearchStrategy:
     """Instances of a component's frozen attrs config class, drawn field by field.
 
-    Draws that the class's own validators refuse are rejected, so every value is valid.
+    A field the class's validators refuse (a FieldError names it) falls back to its default and the
+    class is tried again, so options that only some settings take (rope's yarn options) are drawn
+    unset where they do not apply; a draw that is still refused is rejected: every value is valid.
     """
     hints = typing.get_type_hints(config_cls)
     overrides = overrides or {}
@@ -92,10 +94,21 @@ def configs(config_cls: type, overrides: dict[str, st.SearchStrategy] | None = N
 
 
 def _construct(config_cls: type, values: dict[str, Any]) -> Any:
-    try:
-        return config_cls(**values)
-    except (FieldError, ValueError, TypeError):
-        return None
+    defaults = {f.name: f.default for f in attrs.fields(config_cls)
+                if f.init and f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)}
+    for _ in range(len(values) + 1):
+        try:
+            return config_cls(**values)
+        except FieldError as error:
+            refused = {e.field for e in getattr(error, "errors", [error])}
+            fallback = {name: defaults[name] for name in refused
+                        if name in defaults and values.get(name) != defaults[name]}
+            if not fallback:
+                return None
+            values = {**values, **fallback}
+        except (ValueError, TypeError):
+            return None
+    return None
 
 
 @st.composite

@@ -1,17 +1,108 @@
-"""Rotary position embedding (RoFormer): q and k turned by an angle proportional to position."""
+"""Rotary position embedding (RoFormer): q and k turned by an angle proportional to position.
+
+The scalings stretch the frequencies θ_i = base^(-2i/d) for long contexts exactly as transformers' rope
+types do (modeling_rope_utils: linear, dynamic, llama3, yarn), computed here in float64.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 
 from blockspec.plugin import PositionalEncoding
 
 
-def rotary_angles(n_positions: int, head_dim: int, *, base: float = 10000.0, start: int = 0) -> torch.Tensor:
-    """(N, hs/2) float64 angles pos·θ_i with θ_i = base^(-2i/hs)."""
-    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+@dataclass(frozen=True)
+class Scaling:
+    """A RoPE scaling with its defaults filled in; ``kind`` "none" leaves the frequencies as they are."""
+
+    kind: str = "none"
+    factor: float = 1.0
+    original_context_length: int = 1
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    attention_factor: float | None = None  # yarn; None: 0.1·ln(factor) + 1
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    truncate: bool = True
+
+    def magnitude(self) -> float:
+        """What cos and sin are multiplied by: yarn's attention factor, 1 otherwise."""
+        if self.kind != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
+
+
+def frequencies(dim: int, base: float) -> torch.Tensor:
+    """(dim/2,) float64 θ_i = base^(-2i/dim)."""
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def dynamic_base(base: float, dim: int, scaling: Scaling, context_length: int, end: int) -> float:
+    """Dynamic NTK: past context_length the base grows with the call's end (its last position + 1).
+
+    With dim = 2 the one frequency is base^0 = 1 whatever the base, so the base stays.
+    """
+    if end <= context_length or dim <= 2:
+        return base
+    stretch = scaling.factor * end / context_length - (scaling.factor - 1)
+    return base * stretch ** (dim / (dim - 2))
+
+
+def llama3_frequencies(theta: torch.Tensor, scaling: Scaling) -> torch.Tensor:
+    """Llama 3.1: wavelengths shorter than L/high_freq_factor kept, longer than L/low_freq_factor
+    divided by factor, a linear blend in 1/wavelength between (L: the original context length)."""
+    length, low, high = scaling.original_context_length, scaling.low_freq_factor, scaling.high_freq_factor
+    wavelength = 2 * math.pi / theta
+    smooth = (length / wavelength - low) / (high - low)
+    blended = (1 - smooth) * theta / scaling.factor + smooth * theta
+    scaled = torch.where(wavelength > length / low, theta / scaling.factor, theta)
+    medium = (wavelength >= length / high) & (wavelength <= length / low)
+    return torch.where(medium, blended, scaled)
+
+
+def yarn_frequencies(theta: torch.Tensor, dim: int, base: float, scaling: Scaling) -> torch.Tensor:
+    """YaRN's NTK-by-parts: pairs that turn more than beta_fast times over the original context keep θ,
+    those that turn fewer than beta_slow times take θ/factor, a linear ramp over the pair index between."""
+    def pair_of(turns: float) -> float:  # the (fractional) pair index that turns `turns` times over the context
+        return dim * math.log(scaling.original_context_length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_of(scaling.beta_fast), pair_of(scaling.beta_slow)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    high = high + 0.001 if low == high else high  # transformers' guard against a zero-width ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return theta / scaling.factor * ramp + theta * (1 - ramp)
+
+
+def scaled_frequencies(dim: int, base: float, scaling: Scaling, context_length: int, end: int) -> torch.Tensor:
+    """(dim/2,) float64 frequencies of a call whose last position is end - 1 (only dynamic looks at end)."""
+    if scaling.kind == "dynamic":
+        return frequencies(dim, dynamic_base(base, dim, scaling, context_length, end))
+    theta = frequencies(dim, base)
+    if scaling.kind == "linear":
+        return theta / scaling.factor
+    if scaling.kind == "llama3":
+        return llama3_frequencies(theta, scaling)
+    if scaling.kind == "yarn":
+        return yarn_frequencies(theta, dim, base, scaling)
+    return theta
+
+
+def angles(theta: torch.Tensor, n_positions: int, start: int = 0) -> torch.Tensor:
+    """(N, dim/2) float64 angles pos·θ_i for positions start..start+N-1."""
     positions = torch.arange(start, start + n_positions, dtype=torch.float64)
     return positions[:, None] * theta[None, :]
+
+
+def rotary_angles(n_positions: int, head_dim: int, *, base: float = 10000.0, start: int = 0) -> torch.Tensor:
+    """(N, hs/2) float64 angles pos·θ_i with θ_i = base^(-2i/hs): unscaled RoPE."""
+    return angles(frequencies(head_dim, base), n_positions, start)
 
 
 def full_width(per_pair: torch.Tensor, layout: str) -> torch.Tensor:
@@ -52,23 +143,44 @@ def rotary_width(head_dim: int, fraction: float) -> int:
 
 
 class RotaryPositions(PositionalEncoding):
-    """Rotates q and k so that q_m·k_n depends on m - n only; works at any position."""
+    """Rotates q and k so that q_m·k_n depends on m - n only; works at any position.
+
+    With ``scaling`` the frequencies are stretched (see ``Scaling``) and yarn multiplies cos and sin by
+    its attention factor, so rotation scales lengths by ``attention_factor``. Dynamic NTK computes each
+    call's frequencies from where that call ends (``length_dependent``): scores depend on offsets only
+    within one call, and the keys a KV cache keeps were turned with the frequencies of their own step, as
+    in transformers' cached decoding; uncached, every position of a call uses that call's frequencies,
+    as a freshly loaded transformers model does (transformers then keeps the longest call's frequencies
+    until a call within max_position_embeddings resets them; blockspec follows each call's own end).
+    """
 
     rotates = True
 
     def __init__(self, head_dim: int, context_length: int, *, base: float = 10000.0, layout: str = "half",
-                 fraction: float = 1.0) -> None:
+                 fraction: float = 1.0, scaling: Scaling = Scaling()) -> None:
         super().__init__(max_positions=None)
         self.head_dim, self.base, self.layout = head_dim, base, layout
         self.rotary_dim = rotary_width(head_dim, fraction)  # the first rotary_dim features of each head turn
+        self.scaling, self.context_length = scaling, context_length
+        self.attention_factor = scaling.magnitude()
+        self.length_dependent = scaling.kind == "dynamic"
+        self.theta = scaled_frequencies(self.rotary_dim, base, scaling, context_length, context_length)  # float64
         cos, sin = self._full_tables(context_length)
         self.register_buffer("cos_full", cos, persistent=False)  # (context_length, rd)
         self.register_buffer("sin_full", sin, persistent=False)  # (context_length, rd)
 
+    def frequencies(self, end: int) -> torch.Tensor:
+        """(rd/2,) float64 θ_i for a call whose last position is end - 1."""
+        if self.length_dependent and end > self.context_length:
+            return scaled_frequencies(self.rotary_dim, self.base, self.scaling, self.context_length, end)
+        return self.theta
+
     def _full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """float32 cos and sin (N, rd), computed in float64."""
-        angles = full_width(rotary_angles(n_positions, self.rotary_dim, base=self.base, start=start), self.layout)
-        return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+        """float32 cos and sin (N, rd), times the attention factor, computed in float64."""
+        turned = angles(self.frequencies(start + n_positions), n_positions, start)  # (N, rd/2)
+        wide = full_width(turned, self.layout)  # (N, rd)
+        scale = self.attention_factor
+        return (wide.cos() * scale).to(torch.float32), (wide.sin() * scale).to(torch.float32)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.full_tables(q.shape[-2], start)

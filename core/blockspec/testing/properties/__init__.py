@@ -17,10 +17,11 @@ from blockspec.testing.properties.head import HEAD
 from blockspec.testing.properties.model import MODEL
 from blockspec.testing.properties.norm import NORM
 from blockspec.testing.properties.positional import POSITIONAL
+from blockspec.testing.properties.rope import ROPE
 from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
-    *POSITIONAL, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
+    *POSITIONAL, *ROPE, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
 )
 
 

@@ -46,6 +46,15 @@ def perturb(module: torch.nn.Module, seed: int) -> None:
             p.add_(noise.to(device=p.device, dtype=p.dtype))
 
 
+def decodable_limit(module: torch.nn.Module, case: CacheCase) -> int | None:
+    """How far cached decoding can agree with one call: a bounded table's end; for an encoder whose frequencies
+    follow the call's length (``length_dependent``: dynamic NTK RoPE, as transformers computes it), the context
+    length, past which a cached key keeps the frequencies of the call that stored it, by design."""
+    if getattr(module, "length_dependent", False):
+        return min(case.model.context_length, getattr(module, "max_positions", None) or case.model.context_length)
+    return getattr(module, "max_positions", None)
+
+
 def tolerance(case: CacheCase) -> dict[str, float]:
     """Cached and uncached calls take different kernels (a masked SDPA, a sliced table): rounding apart."""
     return dict(atol=1e-7, rtol=1e-6) if case.dtype == "float64" else dict(atol=1e-4, rtol=1e-4)
@@ -64,7 +73,7 @@ def check_cache_positions(component: Component, case: CacheCase, device: str) ->
     slice of the square bias."""
     module = build_isolated(component, case, device=device).module
     perturb(module, case.seed)
-    case = fitted(case, getattr(module, "max_positions", None))
+    case = fitted(case, decodable_limit(module, case))
     with torch.no_grad():
         if getattr(module, "adds", False):
             _check_embed(module, case, device)
@@ -207,7 +216,7 @@ def check_model_cache(component: Component, case: CacheCase, device: str) -> Non
 
     model = solo_model(component, case, device)
     perturb(model, case.seed)
-    limits = [p.max_positions for p in model.positionals if p.max_positions is not None]
+    limits = [limit for p in model.positionals if (limit := decodable_limit(p, case)) is not None]
     case = fitted(case, min(limits, default=None))
     generator = torch.Generator().manual_seed(case.seed + 3)
     ids = torch.randint(case.model.vocab_size, (case.batch, case.length), generator=generator).to(device)  # (B, T)

@@ -93,21 +93,36 @@ def rotated_scores(module: torch.nn.Module, case: Case, start: int, device: str)
 
 
 def check_relative_rotary(component: Component, case: Case, device: str) -> None:
-    """<R_m q, R_n k> depends only on m - n: the same at any start, and constant along diagonals."""
+    """<R_m q, R_n k> depends only on m - n: the same at any start, and constant along diagonals.
+
+    An encoder whose frequencies follow the call's length (``length_dependent``: dynamic NTK RoPE) is
+    relative within one call only: its diagonals are checked, not a moved start against start 0.
+    """
     module = build_isolated(component, case, device=device).module
     start = clamp_start(module, attrs.evolve(case, tokens=case.tokens + 1))
-    moved, origin = rotated_scores(module, case, start, device), rotated_scores(module, case, 0, device)
-    tolerance = dict(atol=1e-4 * case.model.head_dim, rtol=1e-4)
-    assert_close(moved, origin, f"scores with positions starting at {start} vs at 0", **tolerance)
+    moved = rotated_scores(module, case, start, device)
+    scale = _magnitude(module) ** 2  # scores grow by the square of a scaled rotation's factor (yarn)
+    tolerance = dict(atol=1e-4 * case.model.head_dim * scale, rtol=1e-4)
+    if not getattr(module, "length_dependent", False):
+        origin = rotated_scores(module, case, 0, device)
+        assert_close(moved, origin, f"scores with positions starting at {start} vs at 0", **tolerance)
     assert_close(moved[1:, 1:], moved[:-1, :-1], "score(m+1, n+1) vs score(m, n)", **tolerance)
 
 
+def _magnitude(module: torch.nn.Module) -> float:
+    """What rotation multiplies lengths by: the encoder's ``attention_factor`` (yarn RoPE), else 1."""
+    return float(getattr(module, "attention_factor", 1.0))
+
+
 def check_rotation_norms(component: Component, case: Case, device: str) -> None:
-    """A rotation changes directions, never lengths: ||R q|| = ||q|| for every vector."""
-    _, (_, q, k), found = exercise(component, case, device)
+    """A rotation changes directions, never lengths: ||R q|| = ||q|| for every vector (times the encoder's
+    ``attention_factor`` where it scales cos and sin: yarn RoPE)."""
+    built, (_, q, k), found = exercise(component, case, device)
+    scale, turned = _magnitude(built.module), getattr(built.module, "rotary_dim", case.model.head_dim)
     for name, before in (("rotate.q", q), ("rotate.k", k)):
-        assert_close(found[name].norm(dim=-1), before.norm(dim=-1), f"{name} vector lengths",
-                     atol=1e-4, rtol=1e-4)
+        squares = before.double() ** 2  # (B, h, N, hs): only the rotated features scale
+        expected = (squares[..., :turned].sum(-1) * scale ** 2 + squares[..., turned:].sum(-1)).sqrt()
+        assert_close(found[name].norm(dim=-1), expected, f"{name} vector lengths", atol=1e-4, rtol=1e-4)
 
 
 def check_partial_rotary(component: Component, case: Case, device: str) -> None:
@@ -182,7 +197,7 @@ POSITIONAL = (
     Property(name="relative", kind="positional", promise="relative", check=check_relative,
              summary="PE(p+k) is a fixed linear map of PE(p); scores and biases depend on offsets only"),
     Property(name="rotation_norms", kind="positional", promise="rotary", check=check_rotation_norms,
-             summary="rotating q and k preserves their lengths"),
+             summary="rotating q and k preserves their lengths (times attention_factor, if any)"),
     Property(name="partial_rotary", when=has_field("fraction"),
              kind="positional", promise="rotary", check=check_partial_rotary,
              summary="with fraction < 1: the features past rotary_dim pass unchanged"),

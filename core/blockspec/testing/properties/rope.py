@@ -1,0 +1,120 @@
+"""RoPE scalings: the angles a rotary encoder turns each feature pair by, against each scaling's formula.
+
+The formulas are written here a second time, apart from any component: one frequency at a time in Python
+floats, from their definitions (transformers' modeling_rope_utils, Llama 3.1's reference code, the YaRN
+paper). What the encoder does is read back through ``rotate`` alone, so a component is checked by what it
+computes, not by what it says it computes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from blockspec.registry.components import Component
+from blockspec.testing.cases import Case
+from blockspec.testing.harness import build_isolated
+from blockspec.testing.properties.base import Property, assert_close
+
+
+def expected_frequency(i: int, dim: int, config: Any, context_length: int, end: int) -> float:
+    """θ_i of feature pair i for a call whose last position is end - 1 (dynamic NTK is the one that cares)."""
+    kind, base = config.scaling, config.base
+    if kind == "dynamic" and end > context_length and dim > 2:  # dim 2: the only θ is base^0 = 1 anyway
+        base *= (config.factor * end / context_length - config.factor + 1) ** (dim / (dim - 2))
+    theta = base ** (-2 * i / dim)
+    if kind == "linear":
+        return theta / config.factor
+    if kind == "llama3":
+        return _llama3(theta, config)
+    if kind == "yarn":
+        return _yarn(theta, i, dim, config)
+    return theta
+
+
+def _llama3(theta: float, config: Any) -> float:
+    """Short waves kept, long ones slowed by factor, linear in 1/wavelength between the two bounds."""
+    length, factor = config.original_context_length, config.factor
+    low = 1.0 if config.low_freq_factor is None else config.low_freq_factor
+    high = 4.0 if config.high_freq_factor is None else config.high_freq_factor
+    wavelength = 2 * math.pi / theta
+    if wavelength < length / high:
+        return theta
+    if wavelength > length / low:
+        return theta / factor
+    smooth = (length / wavelength - low) / (high - low)
+    return (1 - smooth) * theta / factor + smooth * theta
+
+
+def _yarn(theta: float, i: int, dim: int, config: Any) -> float:
+    """Pair i blends θ (turning often over the original context) into θ/factor (turning rarely)."""
+    fast = 32.0 if config.beta_fast is None else config.beta_fast
+    slow = 1.0 if config.beta_slow is None else config.beta_slow
+
+    def pair_turning(turns: float) -> float:  # the pair index that turns `turns` times over the context
+        return dim * math.log(config.original_context_length / (turns * 2 * math.pi)) / (2 * math.log(config.base))
+
+    low, high = pair_turning(fast), pair_turning(slow)
+    if config.truncate is None or config.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+    return theta / config.factor * ramp + theta * (1 - ramp)
+
+
+def expected_magnitude(config: Any) -> float:
+    """What cos and sin are multiplied by: yarn's attention factor (default 0.1·ln(factor) + 1), else 1."""
+    if config.scaling != "yarn":
+        return 1.0
+    if config.attention_factor is not None:
+        return config.attention_factor
+    return 0.1 * math.log(config.factor) + 1 if config.factor > 1 else 1.0
+
+
+def measured(module: torch.nn.Module, layout: str, dim: int, head_dim: int, end: int,
+             device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(θ, magnitude), each (dim/2,), read from ``rotate``: a unit vector on each pair's first feature, at
+    positions end-2 and end-1, comes back as m·(cos pθ, sin pθ) on the pair; θ is the turn between the two."""
+    pairs = torch.arange(dim // 2, device=device)
+    first, second = (pairs, pairs + dim // 2) if layout == "half" else (2 * pairs, 2 * pairs + 1)
+    unit = torch.zeros(1, dim // 2, 2, head_dim, dtype=torch.float64, device=device)  # (1, pairs, 2, hs)
+    unit[0, pairs, :, first] = 1.0
+    with torch.no_grad():
+        turned, _ = module.rotate(unit, unit, end - 2)
+    turned = turned[0].double()  # (pairs, 2, hs)
+    z = torch.complex(turned[pairs, :, first], turned[pairs, :, second])  # (pairs, 2): m·e^(i·p·θ)
+    return torch.angle(z[:, 1] * z[:, 0].conj()), z[:, 1].abs()
+
+
+def check_rope_frequencies(component: Component, case: Case, device: str) -> None:
+    """Each pair turns by its scaling's θ_i per position (for dynamic NTK: of a call ending where this one
+    does), and cos and sin carry yarn's attention factor."""
+    config, module = case.config, build_isolated(component, case, device=device).module
+    dim = getattr(module, "rotary_dim", case.model.head_dim)
+    end = case.start + case.tokens + 1
+    theta, magnitude = measured(module, config.layout, dim, case.model.head_dim, end, device)
+    expected = torch.tensor([expected_frequency(i, dim, config, case.model.context_length, end)
+                             for i in range(dim // 2)], dtype=torch.float64)
+    what = f"scaling {config.scaling!r}: θ per pair for a call ending at position {end - 1}"
+    assert_close(theta.cpu(), expected, what, atol=1e-6, rtol=1e-6)
+    assert_close(magnitude.cpu(), torch.full_like(expected, expected_magnitude(config)),
+                 f"scaling {config.scaling!r}: cos/sin magnitude", atol=1e-6, rtol=1e-6)
+
+
+def _scaled_rope(component: Component) -> bool:
+    """the config has rope's scaling, base and layout fields"""
+    import attrs
+
+    names = attrs.fields_dict(component.config_cls) if attrs.has(component.config_cls) else {}
+    return {"scaling", "base", "layout"} <= set(names)
+
+
+ROPE = (
+    Property(name="rope_frequencies", kind="positional", promise="rotary", when=_scaled_rope,
+             check=check_rope_frequencies,
+             summary="each pair turns by its RoPE scaling's θ_i (linear, dynamic, llama3, yarn), cos/sin scaled"),
+)
