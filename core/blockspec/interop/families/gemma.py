@@ -16,7 +16,6 @@ from blockspec.interop.config_reader import ConfigReader
 from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import gemma_shared as shared
 from blockspec.interop.families import llama_like
-from blockspec.interop.weight_map import Rule
 
 ARCHITECTURE = "GemmaForCausalLM"
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # ACT2FN names of the tanh approximation
@@ -58,15 +57,8 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
             "hidden_act": "gelu_pytorch_tanh"}
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return shared.rules(spec, llama_like.PRE_NORMS)
-
-
 FAMILY = Family(
     name="gemma", title="Gemma", architectures={ARCHITECTURE: "gemma"}, spec_dict=spec_dict,
-    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
     ignored=llama_like.ignored,
 )

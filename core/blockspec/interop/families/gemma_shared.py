@@ -16,7 +16,6 @@ from typing import Any
 from blockspec.interop.config_reader import ConfigReader, rope_json
 from blockspec.interop.families import llama_like
 from blockspec.interop.family import biases
-from blockspec.interop.weight_map import Rule
 from blockspec.spec.schema import ModelSpec
 
 
@@ -56,11 +55,3 @@ def config_keys(spec: ModelSpec) -> dict[str, Any]:
         **llama_like.size_keys(spec), "head_dim": spec.model.head_dim, "rms_norm_eps": spec.norm.config.eps,
         **rope_json(spec.positional.config), "attention_bias": biases(spec)[0], "attention_dropout": spec.model.dropout,
     }
-
-
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec, norms: tuple[tuple[str, str], ...]) -> list[Rule]:
-    """The Llama-like weight map; ``norms`` pairs each of a block's norms with its Hugging Face name in the layer."""
-    return llama_like.rules(spec, llama_like.gated_mlp_rules, norms)

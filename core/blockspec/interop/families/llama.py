@@ -12,7 +12,6 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
 from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import llama_like
-from blockspec.interop.weight_map import Rule
 
 LLAMA = "LlamaForCausalLM"
 
@@ -66,15 +65,8 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, llama_like.gated_mlp_rules)
-
-
 FAMILY = Family(
     name="llama", title="Llama", architectures={LLAMA: "llama"}, spec_dict=spec_dict,
-    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
     ignored=llama_like.ignored,
 )

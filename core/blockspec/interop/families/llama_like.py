@@ -201,11 +201,12 @@ Norms = tuple[tuple[str, str], ...]  # a block's norms, each with its Hugging Fa
 PRE_NORMS: Norms = (("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"))
 
 
-def rules(spec: ModelSpec, mlp: SublayerRules, norms: Norms = PRE_NORMS, *,
-          attention: SublayerRules | None = None, mlp_name: str = "mlp") -> list[Rule]:
+def rules(spec: ModelSpec, norms: Norms = PRE_NORMS, *, attention: SublayerRules | None = None,
+          mlp: SublayerRules | None = None, mlp_name: str = "mlp") -> list[Rule]:
     """The whole weight map: embedding, each layer (``norms``, ``attention``, by default q/k/v/o apart, and
-    ``mlp``, which Hugging Face names ``mlp_name`` in the layer), final norm, untied head."""
-    attention = attention or attention_rules
+    ``mlp``, by default gate/up/down apart, which Hugging Face names ``mlp_name`` in the layer), final norm,
+    untied head."""
+    attention, mlp = attention or attention_rules, mlp or gated_mlp_rules
     found = [same("embedding.weight", "model.embed_tokens.weight"), *norm_rules(spec, "final_norm", "model.norm")]
     for i in range(spec.model.n_layers):
         ours, theirs = f"blocks.{i}", f"model.layers.{i}"

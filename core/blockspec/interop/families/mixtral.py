@@ -99,7 +99,7 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, _experts, mlp_name="block_sparse_moe")
+    return llama_like.rules(spec, mlp=_experts, mlp_name="block_sparse_moe")
 
 
 def _experts(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:

@@ -53,7 +53,7 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return shared.rules(spec, NORMS)
+    return llama_like.rules(spec, NORMS)
 
 
 FAMILY = Family(

@@ -108,7 +108,7 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, _mlp_rules, attention=_attention_rules)
+    return llama_like.rules(spec, attention=_attention_rules, mlp=_mlp_rules)
 
 
 def _attention_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:

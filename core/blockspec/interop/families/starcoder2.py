@@ -81,7 +81,7 @@ def _hidden_act(spec: ModelSpec) -> str:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, _mlp_rules)
+    return llama_like.rules(spec, mlp=_mlp_rules)
 
 
 def _mlp_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
