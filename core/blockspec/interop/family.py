@@ -41,7 +41,7 @@ def tied_head_copy(name: str, spec: ModelSpec) -> bool:
     return name == "lm_head.weight" and spec.head.config.tied
 
 
-WindowPolicy = Literal["none", "all", "per_layer"]  # sliding windows: none, one on every layer, one width per layer
+WindowPolicy = Literal["none", "all", "per_layer"]  # no window, one on every layer, one width on the layers named
 BiasPattern = Literal["none", "all", "use_bias", "attention_bias", "attention_bias_only", "attention_bias_and_mlp",
                       "qkv_only"]
 BIAS_PATTERNS: dict[str, tuple[Callable[[bool, bool, bool], bool], str]] = {  # (fits(qkv, out, ffn), the family has)
@@ -73,7 +73,7 @@ class Expresses:
     positional: Literal["rope", "learned"] = "rope"
     blocks: tuple[str, ...] = ("pre",)  # blockspec-blocks layouts
     ffn: Literal["dense", "moe"] = "dense"
-    windows: WindowPolicy = "none"  # [[layers]] may differ in the attention's sliding_window alone
+    windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows
     qk_norm: Literal["none", "head", "all"] = "none"  # what every layer has (with the norms' eps)
     head_dim: bool = False  # a [model] head_dim other than d_model / n_heads
     grouped_kv: bool = True  # fewer kv heads than query heads
