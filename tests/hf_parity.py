@@ -4,11 +4,14 @@ the same logits out of blockspec, of its checkpoint, and of ``from_pretrained`` 
 A family's test builds a small model with ``tiny(...)`` (every parameter perturbed, norm weights and
 biases included, so a missed (1 + w) or a dropped bias shows) and calls ``check_family``. Sequences are
 longer than any sliding window of the config, and logits must agree within
-``1e-4 · max(1, max |logits|)`` in float32 against transformers' eager attention.
+``1e-4 · max(1, max |logits|)`` in float32 against transformers' eager attention. The config.json
+helpers below (``structured``, ``refused``, ``counted``, ``export_count``) serve the released-config, refusal and
+parameter-count tests every family has.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -20,8 +23,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
+import blockspec  # noqa: E402
 from blockspec.checkpoint.directory import load, save  # noqa: E402
+from blockspec.errors import CheckpointError  # noqa: E402
 from blockspec.interop import export_hf, import_hf  # noqa: E402
+from blockspec.interop.families import family_for  # noqa: E402
+from blockspec.interop.hf_config import spec_dict  # noqa: E402
 from blockspec.interop.hf_dir import carried_files, read_config  # noqa: E402
 from blockspec.train.generate import generate  # noqa: E402
 
@@ -90,6 +97,25 @@ def check_family(hf_model, tmp_path: Path, registry, *, length: int = 40, export
     return imported
 
 
+def check_import(hf_model, path: Path, registry, *, length: int = 40, what: str = "import"):
+    """The checkpoint at ``path`` (``hf_model``'s, saved, then maybe rewritten as older transformers wrote it)
+    imports with ``hf_model``'s logits; returns the imported model."""
+    imported = import_hf(path, registry=registry)
+    ids = ids_for(hf_model, length)
+    assert_close(logits(imported, ids), logits(hf_model, ids), what)
+    return imported
+
+
+def as_older_transformers(path: Path, *drop: str, **keys) -> None:
+    """Rewrite the config.json at ``path`` as older transformers wrote it: rope_parameters' rope_theta at the
+    top level instead, the keys ``drop`` removed and ``keys`` set."""
+    file = path / "config.json"
+    config = json.loads(file.read_text())
+    theta = (config.pop("rope_parameters", None) or {}).get("rope_theta")
+    config = {**config, "rope_theta": theta, **keys}
+    file.write_text(json.dumps({key: value for key, value in config.items() if key not in drop}))
+
+
 def check_cached_generation(model, prompt: torch.Tensor, new_tokens: int) -> None:
     """Greedy decoding with the KV cache picks what decoding without it picks, step for step."""
     cached = generate(model, prompt, max_new_tokens=new_tokens, temperature=0.0)
@@ -128,3 +154,46 @@ class _swapped:
             kept = self.a.detach().clone()
             self.a.copy_(self.b)
             self.b.copy_(kept)
+
+
+# ---------------------------------------------------------------- config.json helpers
+
+
+def structured(config: dict, registry) -> blockspec.ModelSpec:
+    """The spec ``config`` (a config.json as a dict) imports as; CheckpointError if it cannot."""
+    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
+
+
+def refused(config: dict) -> str:
+    """The CheckpointError message reading ``config`` gives (the test fails if it imports)."""
+    with pytest.raises(CheckpointError) as caught:
+        spec_dict(config, file="config.json", name="m")
+    return str(caught.value)
+
+
+def hf_count(prefix: str, config: dict) -> int:
+    """transformers' own parameter count of ``{prefix}ForCausalLM`` for ``config``, built on the meta device;
+    a tied head is one Parameter, counted once."""
+    hf_config = getattr(transformers, f"{prefix}Config").from_dict(config)
+    with torch.device("meta"):
+        model = getattr(transformers, f"{prefix}ForCausalLM")(hf_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def counted(prefix: str, config: dict, registry) -> tuple[blockspec.ModelSpec, int]:
+    """The spec ``config`` imports as, and its parameter count, checked equal to transformers' own count of
+    ``{prefix}ForCausalLM`` for ``config``."""
+    spec = structured(config, registry)
+    count = blockspec.count_parameters(spec, registry).exact
+    assert count == hf_count(prefix, config)
+    return spec, count
+
+
+def export_count(spec: blockspec.ModelSpec, family_name: str, prefix: str, registry) -> int:
+    """``spec`` exports as ``family_name``, whose ``{prefix}ForCausalLM`` transformers counts as blockspec counts
+    the spec; returns that count."""
+    family = family_for(spec)
+    assert family.name == family_name
+    count = blockspec.count_parameters(spec, registry).exact
+    assert hf_count(prefix, family.config_json(spec)) == count
+    return count

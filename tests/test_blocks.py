@@ -197,7 +197,7 @@ def _digest(data: bytes) -> dict:
 def test_families_refuse_other_blocks(registry, layout):
     spec = small(registry, block_table(layout))
     for family in (gpt2, llama):
-        assert any("block is" in p and "expected 'pre'" in p for p in family.misfits(spec))
+        assert any("block is" in p and "expected 'pre'" in p for p in family.FAMILY.misfits(spec))
 
 
 def test_list_shows_the_block_and_ffn_kinds(capsys):

@@ -14,8 +14,8 @@ from blockspec.interop.families import family_for
 from blockspec.interop.hf_config import spec_dict
 from blockspec.interop.weight_map import Rule, per_expert, to_blockspec, to_hf
 
-from .conftest import SPECS
-from .hf_parity import check_family, check_swaps_are_caught, tiny, transformers
+from .hf_parity import (check_family, check_swaps_are_caught, counted, export_count, refused, structured, tiny,
+                        transformers)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
@@ -38,23 +38,6 @@ MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json, as released (transf
     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0",
     "use_cache": True, "vocab_size": 32000,
 }
-
-
-def structured(config: dict, registry) -> blockspec.ModelSpec:
-    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
-
-
-def refused(config: dict) -> str:
-    with pytest.raises(CheckpointError) as caught:
-        spec_dict(config, file="config.json", name="m")
-    return str(caught.value)
-
-
-def hf_count(config: dict) -> int:
-    """transformers' own parameter count (tied weights once), built on the meta device."""
-    with torch.device("meta"):
-        model = transformers.MixtralForCausalLM(transformers.MixtralConfig.from_dict(config))
-    return sum(p.numel() for p in model.parameters())
 
 
 def tensor_names(path) -> set[str]:
@@ -80,8 +63,7 @@ def test_parity_import_checkpoint_export(case, tmp_path, registry):
 @pytest.mark.parametrize("config", [MIXTRAL_8X7B, transformers.MixtralConfig().to_dict()],
                          ids=["mixtral-8x7b", "transformers-default"])
 def test_released_and_default_configs_import_with_transformers_parameter_count(config, registry):
-    spec = structured(config, registry)
-    assert count_parameters(spec, registry).exact == hf_count(config)
+    spec, _ = counted("Mixtral", config, registry)
     assert spec.positional.config.base == 1e6
 
 
@@ -93,16 +75,12 @@ def test_mixtral_8x7b_counts_as_released(registry):
 
 def test_small_config_counts_as_transformers_does_and_a_missing_base_is_mixtrals(registry):
     config = {"architectures": ["MixtralForCausalLM"], **SMALL, **CASES["gqa-window9-top2of4-v61"]}
-    spec = structured(config, registry)
-    assert count_parameters(spec, registry).exact == hf_count(config)
+    spec, _ = counted("Mixtral", config, registry)
     assert spec.positional.config.base == 1e6  # MixtralConfig's default rope_theta, not 10000
 
 
-def test_the_mixtral_example_spec_exports_as_mixtral_with_its_count(registry):
-    spec = blockspec.load_spec(SPECS / "mixtral-8x7b.toml", registry)
-    family = family_for(spec)
-    assert family.name == "mixtral"
-    assert hf_count(family.config_json(spec)) == count_parameters(spec, registry).exact == 46_702_792_704
+def test_the_mixtral_example_spec_exports_as_mixtral_with_its_count(registry, example_spec):
+    assert export_count(example_spec("mixtral-8x7b"), "mixtral", "Mixtral", registry) == 46_702_792_704
 
 
 @pytest.mark.parametrize(("change", "key"), [

@@ -3,21 +3,17 @@ transformers 4 and 5 write it, parameter counts, refusals, and the per-head q/k/
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
 import blockspec
 from blockspec.assembly.counting import count_parameters
-from blockspec.errors import CheckpointError
-from blockspec.interop import import_hf
-from blockspec.interop.families import family_for, family_named
+from blockspec.interop.families import family_named
 from blockspec.interop.hf_config import spec_dict
 from blockspec.interop.weight_map import regrouped, to_blockspec, to_hf
 
-from .conftest import SPECS
-from .hf_parity import assert_close, check_family, check_swaps_are_caught, ids_for, logits, tiny, transformers
+from .hf_parity import (as_older_transformers, check_family, check_import, check_swaps_are_caught, export_count,
+                        counted, refused, structured, tiny, transformers)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
@@ -42,23 +38,6 @@ PYTHIA_1_4B = {  # EleutherAI/pythia-1.4b config.json, as released (transformers
 }
 
 
-def structured(config: dict, registry) -> blockspec.ModelSpec:
-    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
-
-
-def refused(config: dict) -> str:
-    with pytest.raises(CheckpointError) as caught:
-        spec_dict(config, file="config.json", name="m")
-    return str(caught.value)
-
-
-def hf_count(config: dict) -> int:
-    """transformers' own parameter count (tied weights once), built on the meta device."""
-    with torch.device("meta"):
-        model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig.from_dict(config))
-    return sum(p.numel() for p in model.parameters())
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_parity_import_checkpoint_export(case, tmp_path, registry):
     hf_model = tiny("GPTNeoX", **SMALL, **CASES[case])
@@ -76,10 +55,8 @@ def test_transformers_4_files_import_the_same_model(tmp_path, registry):
     hf_model = tiny("GPTNeoX", **SMALL, vocab_size=61, rope_parameters={"rope_theta": 2000.0,
                                                                          "partial_rotary_factor": 0.5})
     hf_model.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config.pop("rope_parameters"), config.pop("attention_bias")
-    config.update(rotary_emb_base=2000, rotary_pct=0.5, torch_dtype="float32")
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    as_older_transformers(tmp_path, "rope_theta", "attention_bias", rotary_emb_base=2000, rotary_pct=0.5,
+                          torch_dtype="float32")
     tensors = load_file(tmp_path / "model.safetensors")
     tensors["lm_head.weight"] = tensors.pop("embed_out.weight")
     for i in range(2):
@@ -87,17 +64,14 @@ def test_transformers_4_files_import_the_same_model(tmp_path, registry):
         tensors[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9)
         tensors[f"gpt_neox.layers.{i}.attention.rotary_emb.inv_freq"] = torch.ones(2)
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    imported = import_hf(tmp_path, registry=registry)
-    ids = ids_for(hf_model, 24)
-    assert_close(logits(imported, ids), logits(hf_model, ids), "transformers 4 layout")
+    imported = check_import(hf_model, tmp_path, registry, length=24, what="transformers 4 layout")
     assert (imported.spec.positional.config.base, imported.spec.positional.config.fraction) == (2000.0, 0.5)
 
 
 @pytest.mark.parametrize("config", [PYTHIA_1_4B, transformers.GPTNeoXConfig().to_dict()],
                          ids=["pythia-1.4b", "transformers-default"])
 def test_released_and_default_configs_import_with_transformers_parameter_count(config, registry):
-    spec = structured(config, registry)
-    assert count_parameters(spec, registry).exact == hf_count(config)
+    spec, _ = counted("GPTNeoX", config, registry)
     assert (spec.block.name, spec.positional.config.fraction, spec.head.config.tied) == ("parallel", 0.25, False)
 
 
@@ -108,14 +82,11 @@ def test_pythia_1_4b_counts_as_the_issue_says(registry):
 def test_small_config_counts_as_transformers_does(registry):
     config = {"architectures": ["GPTNeoXForCausalLM"], **SMALL, **CASES["sequential-half-tied-no_attention_bias"
                                                                       "-gelu_new-v53"]}
-    assert count_parameters(structured(config, registry), registry).exact == hf_count(config)
+    counted("GPTNeoX", config, registry)
 
 
-def test_the_pythia_example_spec_exports_as_gpt_neox_with_its_count(registry):
-    spec = blockspec.load_spec(SPECS / "pythia-160m.toml", registry)
-    family = family_for(spec)
-    assert family.name == "gpt_neox"
-    assert hf_count(family.config_json(spec)) == count_parameters(spec, registry).exact == 162_322_944
+def test_the_pythia_example_spec_exports_as_gpt_neox_with_its_count(registry, example_spec):
+    assert export_count(example_spec("pythia-160m"), "gpt_neox", "GPTNeoX", registry) == 162_322_944
 
 
 @pytest.mark.parametrize(("change", "key"), [

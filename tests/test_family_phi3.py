@@ -3,18 +3,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import torch
 
-import blockspec
 from blockspec.assembly.counting import count_parameters
-from blockspec.errors import CheckpointError
-from blockspec.interop import import_hf
-from blockspec.interop.hf_config import spec_dict
 
-from .hf_parity import assert_close, check_family, check_swaps_are_caught, ids_for, logits, tiny, transformers
+from .hf_parity import (as_older_transformers, check_family, check_import, check_swaps_are_caught, counted, refused,
+                        structured, tiny, transformers)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
 
@@ -39,23 +33,6 @@ PHI_3_MINI_4K = {  # microsoft/Phi-3-mini-4k-instruct config.json, as released (
 }
 
 
-def structured(config: dict, registry) -> blockspec.ModelSpec:
-    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
-
-
-def refused(config: dict) -> str:
-    with pytest.raises(CheckpointError) as caught:
-        spec_dict(config, file="config.json", name="m")
-    return str(caught.value)
-
-
-def hf_count(config: dict) -> int:
-    """transformers' own parameter count (tied weights once), built on the meta device."""
-    with torch.device("meta"):
-        model = transformers.Phi3ForCausalLM(transformers.Phi3Config.from_dict(config))
-    return sum(p.numel() for p in model.parameters())
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_parity_import_checkpoint_export(case, tmp_path, registry):
     hf_model = tiny("Phi3", **SMALL, **CASES[case])
@@ -70,21 +47,15 @@ def test_transformers_4_config_imports_the_same_model(tmp_path, registry):
     hf_model = tiny("Phi3", **SMALL, vocab_size=61, sliding_window=5, partial_rotary_factor=0.5,
                     rope_parameters={"rope_type": "default", "rope_theta": 2000.0})
     hf_model.save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config.pop("rope_parameters")
-    config.update(rope_theta=2000.0, partial_rotary_factor=0.5, rope_scaling=None, torch_dtype="float32")
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    imported = import_hf(tmp_path, registry=registry)
-    ids = ids_for(hf_model, 24)
-    assert_close(logits(imported, ids), logits(hf_model, ids), "transformers 4 layout")
+    as_older_transformers(tmp_path, partial_rotary_factor=0.5, rope_scaling=None, torch_dtype="float32")
+    imported = check_import(hf_model, tmp_path, registry, length=24, what="transformers 4 layout")
     assert (imported.spec.positional.config.base, imported.spec.positional.config.fraction) == (2000.0, 0.5)
 
 
 @pytest.mark.parametrize("config", [PHI_3_MINI_4K, transformers.Phi3Config().to_dict()],
                          ids=["phi-3-mini-4k", "transformers-default"])
 def test_released_and_default_configs_import_with_transformers_parameter_count(config, registry):
-    spec = structured(config, registry)
-    assert count_parameters(spec, registry).exact == hf_count(config)
+    counted("Phi3", config, registry)
 
 
 def test_phi_3_mini_4k_is_a_3_8b_model_with_a_2047_token_window(registry):
@@ -95,7 +66,7 @@ def test_phi_3_mini_4k_is_a_3_8b_model_with_a_2047_token_window(registry):
 
 def test_small_config_counts_as_transformers_does(registry):
     config = {"architectures": ["Phi3ForCausalLM"], **SMALL, **CASES["mha-tied-partial-head_dim16-v53"]}
-    assert count_parameters(structured(config, registry), registry).exact == hf_count(config)
+    counted("Phi3", config, registry)
 
 
 LONGROPE = {"type": "su", "short_factor": [1.0] * 48, "long_factor": [1.0] * 48}

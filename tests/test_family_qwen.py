@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from blockspec.errors import CheckpointError
 from blockspec.interop import import_hf
 from blockspec.interop.hf_config import spec_dict
 from blockspec.modules.attention import CausalSelfAttention
 
-from .hf_parity import bound, check_family, check_swaps_are_caught, ids_for, logits, tiny, transformers
+from .hf_parity import (as_older_transformers, bound, check_family, check_import, check_swaps_are_caught, counted,
+                        ids_for, logits, refused, structured, tiny, transformers)
 
 import blockspec  # noqa: E402  (after hf_parity: it skips the module without transformers)
 
@@ -91,16 +90,9 @@ def test_qwen2_configs_without_layer_types_slide_the_layers_from_max_window_laye
     """Older transformers wrote no layer_types (and rope_theta at the top level): the same model."""
     hf_model = small("Qwen2", "top-layers-slide-untied")
     hf_model.save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    config = json.loads(path.read_text())
-    theta = config.pop("rope_parameters")["rope_theta"]
-    del config["layer_types"]
-    path.write_text(json.dumps({**config, "rope_theta": theta}))
-    imported = import_hf(tmp_path, registry=registry)
-    windows = [imported.spec.layer(i).attention.config.sliding_window for i in range(3)]
-    assert windows == [None, 5, 5]
-    ids = ids_for(hf_model, LENGTH)
-    assert (logits(imported, ids) - logits(hf_model, ids)).abs().max().item() <= bound(logits(hf_model, ids))
+    as_older_transformers(tmp_path, "layer_types")
+    imported = check_import(hf_model, tmp_path, registry, length=LENGTH, what="config without layer_types")
+    assert [imported.spec.layer(i).attention.config.sliding_window for i in range(3)] == [None, 5, 5]
 
 
 # ---------------------------------------------------------------- released and default configs
@@ -144,23 +136,10 @@ RELEASED = {
 COUNTS = {"Qwen2": 494_032_768}  # the issue's figure for Qwen2.5-0.5B; the others are checked against transformers
 
 
-def hf_count(family: str, config: dict) -> int:
-    """transformers' own count, built on the meta device; a tied head is one Parameter, counted once."""
-    hf_config = getattr(transformers, f"{family}Config").from_dict(config)
-    with torch.device("meta"):
-        model = getattr(transformers, f"{family}ForCausalLM")(hf_config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def spec_of(config: dict, registry) -> blockspec.ModelSpec:
-    return blockspec.structure_spec(spec_dict(config, file="config.json", name="m"), registry)
-
-
 @pytest.mark.parametrize("family", sorted(RELEASED))
 def test_released_config_imports_and_counts_what_transformers_counts(family, registry):
-    spec = spec_of(RELEASED[family], registry)
-    count = blockspec.count_parameters(spec, registry).exact
-    assert count == hf_count(family, RELEASED[family]) == COUNTS.get(family, count)
+    _, count = counted(family, RELEASED[family], registry)
+    assert count == COUNTS.get(family, count)
 
 
 @pytest.mark.parametrize("family", sorted(RELEASED))
@@ -168,11 +147,11 @@ def test_default_config_imports_and_counts_what_transformers_counts(family, regi
     config = getattr(transformers, f"{family}Config")().to_dict()
     if family == "Starcoder2":  # its default bos/eos 50256 lie outside its default vocabulary; irrelevant here
         config.update(bos_token_id=None, eos_token_id=None)
-    assert blockspec.count_parameters(spec_of(config, registry), registry).exact == hf_count(family, config)
+    counted(family, config, registry)
 
 
 def test_released_windows_and_options_read_as_transformers_builds_them(registry):
-    mistral, qwen2, qwen3, starcoder2 = (spec_of(RELEASED[f], registry) for f in sorted(RELEASED))
+    mistral, qwen2, qwen3, starcoder2 = (structured(RELEASED[f], registry) for f in sorted(RELEASED))
     assert mistral.attention.config.sliding_window == 4096 and not mistral.layers
     assert qwen2.attention.config.sliding_window is None and qwen2.attention.config.qkv_bias and not qwen2.layers
     assert qwen3.model.head_dim == 128 and qwen3.attention.config.qk_norm == "head" and qwen3.head.config.tied
@@ -183,16 +162,10 @@ def test_released_windows_and_options_read_as_transformers_builds_them(registry)
 @pytest.mark.parametrize(("keys", "window"), [({}, 4096), ({"sliding_window": None}, None), ({"sliding_window": 7}, 7)])
 def test_mistral_window_absent_is_the_config_default_and_null_is_none(keys, window, registry):
     config = {k: v for k, v in RELEASED["Mistral"].items() if k != "sliding_window"}
-    assert spec_of({**config, **keys}, registry).attention.config.sliding_window == window
+    assert structured({**config, **keys}, registry).attention.config.sliding_window == window
 
 
 # ---------------------------------------------------------------- refusals
-
-
-def refused(config: dict) -> str:
-    with pytest.raises(CheckpointError) as caught:
-        spec_dict(config, file="config.json", name="m")
-    return str(caught.value)
 
 
 @pytest.mark.parametrize(("family", "change", "key", "words"), [
@@ -218,10 +191,11 @@ def test_what_a_family_cannot_express_is_refused_at_its_key(family, change, key,
 def test_exports_refuse_windows_the_config_cannot_say(registry):
     from blockspec.interop.families import mistral, qwen2
 
-    top_layers = spec_of({**RELEASED["Qwen2"], "use_sliding_window": True, "max_window_layers": 20,
-                          "sliding_window": 64}, registry)
+    top_layers = structured({**RELEASED["Qwen2"], "use_sliding_window": True, "max_window_layers": 20,
+                             "sliding_window": 64}, registry)
     assert qwen2.FAMILY.misfits(top_layers) == []
     assert any("every layer" in p for p in mistral.FAMILY.misfits(top_layers))
     document = spec_dict(RELEASED["Qwen2"], file="config.json", name="m")
-    document["layers"] = [{"to": 3, "attention": {"sliding_window": 8}}, {"from": 20, "attention": {"sliding_window": 9}}]
+    document["layers"] = [{"to": 3, "attention": {"sliding_window": 8}},
+                          {"from": 20, "attention": {"sliding_window": 9}}]
     assert any("2 widths" in p for p in qwen2.FAMILY.misfits(blockspec.structure_spec(document, registry)))

@@ -9,7 +9,8 @@ knows the family's config keys, architecture names or weight names:
 - ``spec_dict(reader, name)``: config.json -> a blockspec spec dict, reading every key
   through the ``ConfigReader`` and refusing, with ``reader.problem`` at that key and a
   reason, each one the blockspec model would compute differently;
-- ``misfits(spec)``: why a spec cannot be exported as this family (empty: it can);
+- ``misfits(spec)``: why a spec cannot be exported as this family (empty: it can), mostly
+  ``Expresses(...).misfits`` below, given what the family's config.json can say;
 - ``config_json(spec)``: spec -> the architecture keys of config.json;
 - ``rules(spec)``: the weight map (``interop.weight_map.Rule``), used both ways;
 - ``layer_index``: a regex whose group 1 is the layer number of a per-layer tensor name;
@@ -19,15 +20,16 @@ knows the family's config keys, architecture names or weight names:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.interop.config_reader import ConfigReader
 from blockspec.interop.weight_map import Rule
-from blockspec.spec.schema import ModelSpec
+from blockspec.spec.schema import ComponentSpec, LayerSpec, ModelSpec
 
 
 def same_name(name: str) -> str:
@@ -39,56 +41,222 @@ def tied_head_copy(name: str, spec: ModelSpec) -> bool:
     return name == "lm_head.weight" and spec.head.config.tied
 
 
-def common_misfits(spec: ModelSpec) -> list[str]:
-    """What every exported family needs: an LM head, causal attention, pre-norm blocks with a final norm, a dense FFN."""
-    m = spec.model
-    problems = []
-    if spec.head.name != "lm":
-        problems.append(f"head is {spec.head.name!r}, expected 'lm'")
-    if spec.attention.name != "causal":
-        problems.append(f"attention is {spec.attention.name!r}, expected 'causal'")
-    if m.norm_placement != "pre" or not m.has_final_norm:
-        problems.append("expected pre-norm blocks with a final norm")
-    if spec.block.name != "pre" or spec.block.distribution not in (None, "blockspec-blocks"):
-        problems.append(f"block is {spec.block.use!r}, expected 'pre': the family's layers are pre-norm "
-                        "x + attn(norm1(x)), x + ffn(norm2(x))")
-    if spec.ffn.name != "dense" or spec.ffn.distribution not in (None, "blockspec"):
-        problems.append(f"ffn is {spec.ffn.use!r}, expected 'dense': the family's MLP is up, activation, down")
-    if spec.layers:
-        problems.append("the layers differ ([[layers]]): the family configures every layer alike")
-    return problems + option_misfits(spec)
+WindowPolicy = Literal["none", "all", "per_layer"]  # no window, one on every layer, one width on the layers named
+BiasPattern = Literal["none", "all", "use_bias", "attention_bias", "attention_bias_only", "attention_bias_and_mlp",
+                      "qkv_only"]
+BIAS_PATTERNS: dict[str, tuple[Callable[[bool, bool, bool], bool], str]] = {  # (fits(qkv, out, ffn), the family has)
+    "none": (lambda qkv, out, ffn: not (qkv or out or ffn), "no biases"),
+    "all": (lambda qkv, out, ffn: qkv and out and ffn, "a bias on every linear"),
+    "use_bias": (lambda qkv, out, ffn: qkv == out == ffn, "one use_bias for every linear"),
+    "attention_bias": (lambda qkv, out, ffn: qkv == out,
+                       "one attention_bias for q, k, v and o (and mlp_bias for the MLP)"),
+    "attention_bias_only": (lambda qkv, out, ffn: qkv == out and not ffn,
+                            "one attention_bias for q, k, v and o, and none in the MLP"),
+    "attention_bias_and_mlp": (lambda qkv, out, ffn: qkv == out and ffn,
+                               "one attention_bias for q, k, v and o, and biases in the MLP"),
+    "qkv_only": (lambda qkv, out, ffn: qkv and not (out or ffn), "biases on q, k and v only"),
+}
+BLOCK_NAMES = {"parallel": "'parallel' (two norms)"}  # how a misfit names a block layout, when not by its name
+FFNS = {"dense": ("blockspec", "'dense'"), "moe": ("blockspec-moe", "blockspec-moe's 'moe'")}  # distribution, name
+QK_NORMS = {"none": "no q/k norm", "head": "q/k norms over each head ('head')",
+            "all": "q/k norms over all heads' width ('all')"}
 
 
-def option_misfits(spec: ModelSpec) -> list[str]:
-    """The attention, model, norm, positional and head options that neither exported family (GPT-2, Llama)
-    expresses; each set to anything but its default is refused, with the reason."""
-    m, problems = spec.model, []
-    if m.given_head_dim is not None and m.given_head_dim != m.d_model // m.n_heads:
-        problems.append(f"[model] head_dim = {m.given_head_dim}: the family's head_dim is d_model / n_heads")
-    if m.embedding_scale is not None:
-        problems.append("[model] embedding_scale: the family does not scale the embeddings")
-    attention = spec.attention.config
-    if isinstance(attention, CausalAttentionConfig):
-        unsupported = {"qk_norm": (attention.qk_norm != "none", "no q/k norm"),
-                       "logit_softcap": (attention.logit_softcap is not None, "no attention logit softcap"),
-                       "sliding_window": (attention.sliding_window is not None, "full causal attention only"),
-                       "query_scale": (attention.query_scale is not None, "scores are scaled by 1/sqrt(head_dim)")}
-        for name, (chosen, reason) in unsupported.items():
-            if chosen:
-                problems.append(f"[attention] {name} = {getattr(attention, name)!r}: the family has {reason}")
-        for name in ("qkv_bias", "out_bias"):
-            value = getattr(attention, name)
-            if value is not None and value != m.bias:
-                problems.append(f"[attention] {name} = {str(value).lower()}: the family's attention biases follow "
-                                f"[model] bias = {str(m.bias).lower()}")
-    if getattr(spec.norm.config, "offset", False):
-        problems.append("[norm] offset = true: the family's RMSNorm scales by w, not 1 + w")
-    if getattr(spec.positional.config, "fraction", 1.0) != 1.0:
-        problems.append(f"[positional] fraction = {spec.positional.config.fraction}: the family rotates every "
-                        "feature of a head")
-    if getattr(spec.head.config, "logit_softcap", None) is not None:
-        problems.append("[head] logit_softcap: the family's logits are not capped")
+@frozen(kw_only=True)
+class Expresses:
+    """What one family's config.json can say, for its export checks (``misfits``): a spec that sets
+    anything else is refused, by the spec key, with what the family has instead."""
+
+    norm: Literal["rmsnorm", "layernorm"]  # a layernorm has a weight and a bias
+    activations: tuple[str, ...]  # "swiglu", "gelu" (any approximation), "geglu-tanh" (that one)
+    biases: BiasPattern  # which of qkv, out and the MLP have biases, and which agree
+    positional: Literal["rope", "learned"] = "rope"
+    blocks: tuple[str, ...] = ("pre",)  # blockspec-blocks layouts
+    ffn: Literal["dense", "moe"] = "dense"
+    windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows
+    qk_norm: Literal["none", "head", "all"] = "none"  # what every layer has (with the norms' eps)
+    head_dim: bool = False  # a [model] head_dim other than d_model / n_heads
+    grouped_kv: bool = True  # fewer kv heads than query heads
+    fraction: bool = False  # partial RoPE ([positional] fraction, half layout)
+    offset: bool = False  # the RMSNorm scales by (1 + w): the spec's norm must, or must not
+    embedding_scale: bool = False  # embeddings times sqrt(d_model): the spec's must be, or not be, scaled
+    attention_softcap: bool = False
+    query_scale: bool = False  # a score scale other than 1/sqrt(head_dim)
+    head_softcap: bool = False
+
+    def misfits(self, spec: ModelSpec) -> list[str]:
+        """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
+        return (_component_misfits(spec, self) + _model_misfits(spec, self) + _attention_misfits(spec, self)
+                + _layer_misfits(spec, self.windows))
+
+
+def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
+    problems = [f"{kind} is {getattr(spec, kind).name!r}, expected {name!r}"
+                for kind, name in (("head", "lm"), ("attention", "causal"), ("positional", has.positional))
+                if getattr(spec, kind).name != name]
+    problems += _block_misfits(spec.block, has.blocks) + _ffn_misfits(spec.ffn, has.ffn)
+    problems += _norm_misfits(spec.norm, has.norm) + _activation_misfits(spec.activation, has.activations)
+    if not spec.model.has_final_norm:
+        problems.append("[model] final_norm = false: the family's stack ends with a norm")
     return problems
+
+
+def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...]) -> list[str]:
+    shared = getattr(block.config, "shared_norm", False)
+    if block.name in layouts and block.distribution in (None, "blockspec-blocks") and not shared:
+        return []
+    return [f"block is {block.use!r}{' with shared_norm' if shared else ''}, expected "
+            + either(BLOCK_NAMES.get(name, repr(name)) for name in layouts)]
+
+
+def _ffn_misfits(ffn: ComponentSpec, kind: str) -> list[str]:
+    distribution, named = FFNS[kind]
+    if ffn.name == kind and ffn.distribution in (None, distribution):
+        return []
+    return [f"ffn is {ffn.use!r}, expected {named}"]
+
+
+def _norm_misfits(norm: ComponentSpec, name: str) -> list[str]:
+    if norm.name != name:
+        return [f"norm is {norm.name!r}, expected {name!r}"]
+    affine = getattr(norm.config, "elementwise_affine", False) and getattr(norm.config, "bias", False)
+    if name == "layernorm" and not affine:
+        return ["[norm] elementwise_affine, bias: expected norm 'layernorm' with weight and bias"]
+    return []
+
+
+def activation_name(activation: ComponentSpec) -> str:
+    """"swiglu", "gelu-tanh", "geglu-none", ...: the name, and the approximation where it has one."""
+    approximate = getattr(activation.config, "approximate", None)
+    return activation.name + (f"-{approximate}" if approximate else "")
+
+
+def _activation_misfits(activation: ComponentSpec, names: tuple[str, ...]) -> list[str]:
+    if activation.name in names or activation_name(activation) in names:
+        return []
+    return [f"activation is {activation_name(activation)!r}, expected {either(map(repr, names))}"]
+
+
+def _model_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
+    m, problems = spec.model, _bias_misfits(spec, has.biases) + _positional_misfits(spec, has.fraction)
+    if not has.head_dim and m.given_head_dim is not None and m.given_head_dim != m.d_model // m.n_heads:
+        problems.append(f"[model] head_dim = {m.given_head_dim}: the family's head_dim is d_model / n_heads")
+    if not has.grouped_kv and m.kv_heads != m.n_heads:
+        problems.append(f"[model] n_kv_heads = {m.kv_heads}: the family has as many kv heads as query heads")
+    scale = m.embedding_multiplier
+    if has.embedding_scale != (scale is not None) or scale is not None and not math.isclose(scale, m.d_model**0.5):
+        problems.append(f"[model] embedding_scale = {m.embedding_scale!r}: the family "
+                        + ('scales the embeddings by sqrt(d_model) ("sqrt_d")' if has.embedding_scale
+                           else "does not scale the embeddings"))
+    offset = getattr(spec.norm.config, "offset", False)
+    if offset != has.offset:
+        problems.append(f"[norm] offset = {str(offset).lower()}: the family's RMSNorm scales by "
+                        + ("1 + w" if has.offset else "w"))
+    cap = getattr(spec.head.config, "logit_softcap", None)
+    if cap is not None and not has.head_softcap:
+        problems.append(f"[head] logit_softcap = {cap}: the family's logits are not capped")
+    return problems
+
+
+def biases(spec: ModelSpec) -> tuple[bool, bool, bool]:
+    """Whether the qkv projections, the output projection and the MLP have biases."""
+    m, config = spec.model, spec.attention.config
+    qkv, out = getattr(config, "qkv_bias", None), getattr(config, "out_bias", None)
+    return (m.bias if qkv is None else qkv, m.bias if out is None else out, m.bias)
+
+
+def _bias_misfits(spec: ModelSpec, pattern: str) -> list[str]:
+    (qkv, out, ffn), (fits, has) = biases(spec), BIAS_PATTERNS[pattern]
+    if fits(qkv, out, ffn):
+        return []
+    return [f"biases qkv = {str(qkv).lower()}, out = {str(out).lower()}, ffn = {str(ffn).lower()} ([model] bias, "
+            f"[attention] qkv_bias, out_bias): the family has {has}"]
+
+
+def _positional_misfits(spec: ModelSpec, fraction_allowed: bool) -> list[str]:
+    """A rotated fraction only where the family has one, and then in the half layout (an interleaved
+    model's export permutes whole heads)."""
+    config = spec.positional.config
+    fraction = getattr(config, "fraction", 1.0)
+    if fraction == 1.0:
+        return []
+    if not fraction_allowed:
+        return [f"[positional] fraction = {fraction}: the family rotates every feature of a head"]
+    if getattr(config, "layout", "half") != "half":
+        return [f"[positional] layout = {config.layout!r} with a fraction: the family rotates a fraction in the "
+                "half layout"]
+    return []
+
+
+def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
+    """The model-wide attention's options (the sliding window is the layers' check)."""
+    attention = spec.attention.config
+    if not isinstance(attention, CausalAttentionConfig):
+        return []
+    problems = _qk_norm_misfits(attention, has.qk_norm, getattr(spec.norm.config, "eps", None))
+    if attention.logit_softcap is not None and not has.attention_softcap:
+        problems.append(f"[attention] logit_softcap = {attention.logit_softcap}: the family has no attention "
+                        "logit softcap")
+    scale = attention.query_scale
+    if scale is not None and not has.query_scale and not math.isclose(scale, spec.model.head_dim**-0.5):
+        problems.append(f"[attention] query_scale = {scale}: the family scales scores by 1/sqrt(head_dim)")
+    return problems
+
+
+def _qk_norm_misfits(attention: CausalAttentionConfig, kind: str, eps: float | None) -> list[str]:
+    if attention.qk_norm != kind:
+        return [f"[attention] qk_norm = {attention.qk_norm!r}: the family has {QK_NORMS[kind]}"]
+    if kind != "none" and attention.qk_norm_eps != eps:
+        return [f"[attention] qk_norm_eps = {attention.qk_norm_eps}: the family's q/k norms use the norms' eps "
+                f"({eps})"]
+    return []
+
+
+def _layer_misfits(spec: ModelSpec, policy: WindowPolicy) -> list[str]:
+    """Layers may differ in their attention's window alone, and only as the family's config.json can say."""
+    varied = varied_layer(spec)
+    if varied is not None:
+        return [f"[[layers]]: layer {varied} differs from the model-wide tables beyond its attention's "
+                "sliding_window: the family configures every layer alike"]
+    found = windows_of(spec)
+    widths = sorted({w for w in found if w is not None})
+    if policy == "none" and widths:
+        return [f"[attention] sliding_window = {widths[0]}: the family has full causal attention only"]
+    if len(widths) > 1:
+        return [f"[attention] sliding_window: {len(widths)} widths {widths} across the layers: the family has "
+                "one sliding_window"]
+    if policy == "all" and widths and None in found:
+        return ["[attention] sliding_window on some layers ([[layers]]): the family's sliding_window applies to "
+                "every layer"]
+    return []
+
+
+def windows_of(spec: ModelSpec) -> list[int | None]:
+    """Each layer's sliding window; None: full causal attention."""
+    return [getattr(spec.layer(i).attention.config, "sliding_window", None) for i in range(spec.model.n_layers)]
+
+
+def varied_layer(spec: ModelSpec) -> int | None:
+    """The first layer that differs from the model-wide tables in more than its attention's window."""
+    if not spec.layers:
+        return None
+    model_wide = _windowless(LayerSpec(block=spec.block, attention=spec.attention, ffn=spec.ffn, norm=spec.norm,
+                                       activation=spec.activation, positional=spec.positional))
+    return next((i for i in range(spec.model.n_layers) if _windowless(spec.layer(i)) != model_wide), None)
+
+
+def _windowless(layer: LayerSpec) -> LayerSpec:
+    """The layer with its attention's sliding window removed, to compare layers up to their windows."""
+    attention = layer.attention
+    if not isinstance(attention.config, CausalAttentionConfig):
+        return layer
+    return evolve(layer, attention=evolve(attention, config=evolve(attention.config, sliding_window=None)))
+
+
+def either(names: Iterable[str]) -> str:
+    """"'a', 'b' or 'c'": the alternatives a message offers."""
+    found = list(names)
+    return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} or {found[-1]}"
 
 
 @frozen(kw_only=True)

@@ -13,16 +13,14 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import gemma_shared as shared
-from blockspec.interop.weight_map import Rule
+from blockspec.interop.families import llama_like
 
 ARCHITECTURE = "GemmaForCausalLM"
 TANH_GELU = ("gelu_pytorch_tanh", "gelu_new", "gelu_fast")  # ACT2FN names of the tanh approximation
-LAYOUT = shared.Layout(block="pre", offset=True, scaled=True, activations=("geglu-tanh",))
-NORMS = (("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"))
-
-
+EXPRESSES = Expresses(norm="rmsnorm", activations=("geglu-tanh",), biases="attention_bias_only", head_dim=True,
+                      offset=True, embedding_scale=True)
 # ---------------------------------------------------------------- config.json -> spec
 
 
@@ -31,7 +29,7 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
     shared.refuse_bidirectional(r)
     model = shared.model_table(r, name, head_dim=256, kv_heads=16)  # GemmaConfig's defaults
     return {
-        "model": {**model, "embedding_scale": "sqrt_d"}, "positional": shared.positional_table(r, "Gemma"),
+        "model": {**model, "embedding_scale": "sqrt_d"}, "positional": llama_like.full_rope(r, "Gemma"),
         "norm": {"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6), "offset": True},
         "activation": {"use": "geglu", "approximate": "tanh"},
         "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, True)},
@@ -54,23 +52,13 @@ def _activation(r: ConfigReader) -> None:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    return shared.misfits(spec, LAYOUT)
-
-
 def config_json(spec: ModelSpec) -> dict[str, Any]:
     return {"architectures": [ARCHITECTURE], "model_type": "gemma", **shared.config_keys(spec),
             "hidden_act": "gelu_pytorch_tanh"}
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return shared.rules(spec, NORMS)
-
-
 FAMILY = Family(
-    name="gemma", title="Gemma", architectures={ARCHITECTURE: "gemma"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=shared.LAYER_INDEX, ignored=shared.ignored,
+    name="gemma", title="Gemma", architectures={ARCHITECTURE: "gemma"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
+    ignored=llama_like.ignored,
 )

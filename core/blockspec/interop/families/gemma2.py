@@ -19,8 +19,9 @@ from typing import Any
 
 from blockspec.spec.schema import MAX_LAYERS, ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family, windows_of
 from blockspec.interop.families import gemma_shared as shared
+from blockspec.interop.families import llama_like
 from blockspec.interop.weight_map import Rule
 
 ARCHITECTURE = "Gemma2ForCausalLM"
@@ -28,8 +29,9 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 ACTIVATIONS = {  # hidden_activation -> blockspec's GeGLU approximation
     "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu": "none",
 }
-LAYOUT = shared.Layout(block="sandwich", offset=True, scaled=True, activations=("geglu-tanh", "geglu-none"),
-                       options=("logit_softcap", "sliding_window", "query_scale"), head_softcap=True, layered=True)
+EXPRESSES = Expresses(norm="rmsnorm", activations=("geglu-tanh", "geglu-none"), biases="attention_bias_only",
+                      blocks=("sandwich",), windows="per_layer", head_dim=True, offset=True, embedding_scale=True,
+                      attention_softcap=True, query_scale=True, head_softcap=True)
 NORMS = (("norm1", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"),
          ("norm2", "pre_feedforward_layernorm"), ("post_ffn_norm", "post_feedforward_layernorm"))
 
@@ -48,7 +50,7 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
     window, layers = _windows(r, model.get("n_layers"), attention)
     return {
         "model": {**model, "embedding_scale": "sqrt_d"}, "block": {"use": "sandwich"},
-        "positional": shared.positional_table(r, "Gemma 2"),
+        "positional": llama_like.full_rope(r, "Gemma 2"),
         "norm": {"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6), "offset": True},
         "activation": {"use": "geglu", "approximate": _approximate(r)},
         "head": _head(r), "attention": {**attention, **_window(window)}, **({"layers": layers} if layers else {}),
@@ -61,7 +63,7 @@ def _attention(r: ConfigReader) -> dict[str, Any]:
     if scalar is not None and scalar <= 0:
         r.problem("query_pre_attn_scalar", f"expected a number > 0, found {scalar}")
         scalar = None
-    options = {"logit_softcap": shared.nullable(r, "attn_logit_softcapping", float, 50.0),
+    options = {"logit_softcap": llama_like.nullable(r, "attn_logit_softcapping", float, 50.0),
                "query_scale": scalar**-0.5 if scalar else None}
     return shared.attention_table(r, **{k: v for k, v in options.items() if v is not None})
 
@@ -75,7 +77,7 @@ def _approximate(r: ConfigReader) -> str:
 
 def _head(r: ConfigReader) -> dict[str, Any]:
     head = {"use": "lm", "tied": r.get("tie_word_embeddings", bool, True)}
-    cap = shared.nullable(r, "final_logit_softcapping", float, 30.0)
+    cap = llama_like.nullable(r, "final_logit_softcapping", float, 30.0)
     return head if cap is None else {**head, "logit_softcap": cap}
 
 
@@ -112,7 +114,7 @@ def _override(window: int | None, attention: dict[str, Any]) -> dict[str, Any]:
 
 def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
     """Each layer's window (None: global), from ``layer_types`` or transformers' default alternation."""
-    window = shared.nullable(r, "sliding_window", int, 4096)
+    window = llama_like.nullable(r, "sliding_window", int, 4096)
     types = r.get("layer_types", list, None)
     if types is None:
         types = [SLIDING if i % 2 == 0 else FULL for i in range(n_layers)]
@@ -130,10 +132,7 @@ def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
 
 
 def misfits(spec: ModelSpec) -> list[str]:
-    problems = shared.misfits(spec, LAYOUT)
-    windows = {w for w in _spec_windows(spec) if w is not None}
-    if len(windows) > 1:
-        problems.append(f"sliding windows {sorted(windows)}: the family has one window for all sliding layers")
+    problems = EXPRESSES.misfits(spec)
     scale = getattr(spec.attention.config, "query_scale", None)
     if scale is not None and abs(scale**-2 - round(scale**-2)) > 1e-6 * scale**-2:
         problems.append(f"[attention] query_scale = {scale}: the family's is query_pre_attn_scalar^-1/2 for an "
@@ -141,12 +140,8 @@ def misfits(spec: ModelSpec) -> list[str]:
     return problems
 
 
-def _spec_windows(spec: ModelSpec) -> list[int | None]:
-    return [getattr(spec.layer(i).attention.config, "sliding_window", None) for i in range(spec.model.n_layers)]
-
-
 def config_json(spec: ModelSpec) -> dict[str, Any]:
-    windows, attention = _spec_windows(spec), spec.attention.config
+    windows, attention = windows_of(spec), spec.attention.config
     scale = attention.query_scale
     return {
         "architectures": [ARCHITECTURE], "model_type": "gemma2", **shared.config_keys(spec),
@@ -164,10 +159,10 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return shared.rules(spec, NORMS)
+    return llama_like.rules(spec, NORMS)
 
 
 FAMILY = Family(
     name="gemma2", title="Gemma 2", architectures={ARCHITECTURE: "gemma2"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=shared.LAYER_INDEX, ignored=shared.ignored,
+    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
 )

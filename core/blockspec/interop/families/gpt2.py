@@ -11,7 +11,7 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Family, common_misfits, tied_head_copy
+from blockspec.interop.family import Expresses, Family, tied_head_copy
 from blockspec.interop.weight_map import Rule, same
 
 ARCHITECTURE = "GPT2LMHeadModel"
@@ -74,19 +74,8 @@ def _refusals(r: ConfigReader) -> None:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    m, norm = spec.model, spec.norm
-    problems = common_misfits(spec)
-    if spec.positional.name != "learned":
-        problems.append(f"positional is {spec.positional.name!r}, expected 'learned'")
-    affine = getattr(norm.config, "elementwise_affine", False) and getattr(norm.config, "bias", False)
-    if norm.name != "layernorm" or not affine:
-        problems.append("expected norm 'layernorm' with weight and bias")
-    if spec.activation.name not in ("gelu", "relu", "silu"):
-        problems.append(f"activation is {spec.activation.name!r}, expected gelu, relu or silu")
-    if not m.bias or m.kv_heads != m.n_heads:
-        problems.append("expected bias = true and no grouped kv heads")
-    return problems
+EXPRESSES = Expresses(positional="learned", norm="layernorm", activations=("gelu", "relu", "silu"), biases="all",
+                      grouped_kv=False)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
@@ -149,6 +138,7 @@ def ignored(name: str, spec: ModelSpec) -> bool:
 
 
 FAMILY = Family(
-    name="gpt2", title="GPT-2", architectures={ARCHITECTURE: "gpt2"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=LAYER_INDEX, normalize_name=normalize_name, ignored=ignored,
+    name="gpt2", title="GPT-2", architectures={ARCHITECTURE: "gpt2"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX,
+    normalize_name=normalize_name, ignored=ignored,
 )

@@ -18,7 +18,7 @@ from typing import Any
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope, rope_json
 from blockspec.interop.families.gpt2 import ACTIVATIONS
-from blockspec.interop.family import Family, common_misfits
+from blockspec.interop.family import Expresses, Family, biases
 from blockspec.interop.weight_map import Rule, regrouped, same
 
 ARCHITECTURE = "GPTNeoXForCausalLM"
@@ -121,45 +121,8 @@ def check_rotary_width(r: ConfigReader, key: str, head_dim: int | None, fraction
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    """common_misfits less what GPT-NeoX has (parallel blocks, partial rope, attention biases apart from the
-    MLP's), and what it needs: LayerNorm with bias, rope in the half layout, biases, no grouped kv heads."""
-    m, block = spec.model, spec.block
-    problems = _without(common_misfits(spec), "block is", "[positional] fraction", "[attention] qkv_bias",
-                        "[attention] out_bias")
-    if block.distribution not in (None, "blockspec-blocks") or block.name not in ("pre", "parallel") or \
-            getattr(block.config, "shared_norm", False):
-        problems.append(f"block is {block.use!r}, expected 'parallel' (two norms) or 'pre'")
-    problems += _rope_misfits(spec)
-    affine = getattr(spec.norm.config, "elementwise_affine", False) and getattr(spec.norm.config, "bias", False)
-    if spec.norm.name != "layernorm" or not affine:
-        problems.append("expected norm 'layernorm' with weight and bias")
-    if spec.activation.name not in ("gelu", "relu", "silu"):
-        problems.append(f"activation is {spec.activation.name!r}, expected gelu, relu or silu")
-    if not m.bias or m.kv_heads != m.n_heads:
-        problems.append("expected bias = true (the MLP's) and no grouped kv heads")
-    if _attention_bias(spec) != _attention_bias(spec, "out_bias"):
-        problems.append("[attention] qkv_bias and out_bias differ: GPT-NeoX's attention_bias sets both")
-    return problems
-
-
-def _without(problems: list[str], *starts: str) -> list[str]:
-    return [p for p in problems if not p.startswith(starts)]
-
-
-def _rope_misfits(spec: ModelSpec) -> list[str]:
-    """Rope, and with a fraction the half layout: the interleaved-to-half export permutes whole heads."""
-    positional = spec.positional
-    if positional.name != "rope":
-        return [f"positional is {positional.name!r}, expected 'rope'"]
-    if getattr(positional.config, "fraction", 1.0) != 1.0 and positional.config.layout != "half":
-        return ["[positional] layout = 'interleaved' with a fraction: expected the half layout"]
-    return []
-
-
-def _attention_bias(spec: ModelSpec, option: str = "qkv_bias") -> bool:
-    value = getattr(spec.attention.config, option, None)
-    return spec.model.bias if value is None else value
+EXPRESSES = Expresses(norm="layernorm", activations=("gelu", "relu", "silu"), biases="attention_bias_and_mlp",
+                      blocks=("parallel", "pre"), grouped_kv=False, fraction=True)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
@@ -174,7 +137,7 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
         "hidden_size": m.d_model, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
         "intermediate_size": m.d_ff, "hidden_act": function, "max_position_embeddings": m.context_length,
         "layer_norm_eps": spec.norm.config.eps, "use_parallel_residual": spec.block.name == "parallel",
-        "attention_bias": _attention_bias(spec), "hidden_dropout": m.dropout, "attention_dropout": m.dropout,
+        "attention_bias": biases(spec)[0], "hidden_dropout": m.dropout, "attention_dropout": m.dropout,
         "rotary_emb_base": positional.base, "rotary_pct": fraction, **rope_keys,
         "tie_word_embeddings": spec.head.config.tied,
     }
@@ -196,11 +159,12 @@ def rules(spec: ModelSpec) -> list[Rule]:
 def _block(spec: ModelSpec, i: int) -> list[Rule]:
     ours, theirs = f"blocks.{i}", f"gpt_neox.layers.{i}"
     heads = (spec.model.n_heads, 3)  # query_key_value rows: (heads, 3, head_dim); blockspec's: (3, heads, ...)
+    qkv_bias, out_bias, _ = biases(spec)
     found = []
     for p in ("weight", "bias"):
-        if p == "weight" or _attention_bias(spec):
+        if p == "weight" or qkv_bias:
             found += [regrouped(f"{ours}.attn.qkv.{p}", f"{theirs}.attention.query_key_value.{p}", heads)]
-        if p == "weight" or _attention_bias(spec, "out_bias"):
+        if p == "weight" or out_bias:
             found += [same(f"{ours}.attn.proj.{p}", f"{theirs}.attention.dense.{p}")]
         found += [same(f"{ours}.norm1.{p}", f"{theirs}.input_layernorm.{p}"),
                   same(f"{ours}.norm2.{p}", f"{theirs}.post_attention_layernorm.{p}"),
@@ -223,6 +187,6 @@ def ignored(name: str, spec: ModelSpec) -> bool:
 
 FAMILY = Family(
     name="gpt_neox", title="GPT-NeoX", architectures={ARCHITECTURE: "gpt_neox"}, spec_dict=spec_dict,
-    misfits=misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX, normalize_name=normalize_name,
-    ignored=ignored,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX,
+    normalize_name=normalize_name, ignored=ignored,
 )

@@ -10,9 +10,8 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import llama_like
-from blockspec.interop.weight_map import Rule
 
 LLAMA = "LlamaForCausalLM"
 
@@ -49,14 +48,7 @@ def _refuse_window(r: ConfigReader) -> None:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = llama_like.layout_misfits(spec, windows="none")
-    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: qkv == out,
-                                       "one attention_bias for q, k, v and o (and mlp_bias for the MLP)")
-    problems += llama_like.norm_misfits(spec, "rmsnorm")
-    if spec.activation.name != "swiglu":
-        problems.append(f"activation is {spec.activation.name!r}, expected 'swiglu'")
-    return problems
+EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="attention_bias", head_dim=True)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
@@ -73,14 +65,8 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, llama_like.gated_mlp_rules)
-
-
 FAMILY = Family(
-    name="llama", title="Llama", architectures={LLAMA: "llama"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
+    name="llama", title="Llama", architectures={LLAMA: "llama"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
+    ignored=llama_like.ignored,
 )

@@ -6,40 +6,38 @@ as SwiGLU chunks it); Hugging Face keeps them separate. RoPE uses the "half" lay
 so q and k need no permutation.
 
 The families differ in what their config.json can say: head_dim, biases, qk-norm, sliding windows
-(every layer, or per layer as Qwen's ``layer_types``). The readers and export checks for those
-live here, each family picking the ones it has.
+(every layer, or per layer as Qwen's ``layer_types``). The readers and writers of those keys live
+here, each family picking the ones it has (Phi-3 and Mixtral too); each states what it can express
+for the export checks with ``interop.family.Expresses``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
-import attrs
-
-from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.interop.config_reader import ConfigReader, rope
-from blockspec.interop.family import tied_head_copy
+from blockspec.interop.family import biases, tied_head_copy, windows_of
 from blockspec.interop.weight_map import Rule, same, stacked
 from blockspec.spec.schema import ModelSpec
 
 IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")  # a buffer older transformers versions saved
 LAYER_INDEX = r"^model\.layers\.(\d+)\."
 Windows = list[int | None]  # each layer's sliding window, None: full causal attention
-WindowPolicy = Literal["none", "all", "per_layer"]  # which windows a family's config.json can express
 
 
 # ---------------------------------------------------------------- config.json -> spec
 
 
-def sizes(r: ConfigReader, name: str) -> dict[str, Any]:
-    """The [model] sizes every Llama-like config.json gives under the same keys."""
+def sizes(r: ConfigReader, name: str, kv_heads: int | None = None) -> dict[str, Any]:
+    """The [model] sizes every Llama-like config.json gives under the same keys; ``kv_heads`` is the config
+    class's num_key_value_heads when the key is absent (None: num_attention_heads)."""
     n_heads = r.get("num_attention_heads", int)
     return {
         "name": name, "vocab_size": r.get("vocab_size", int), "d_model": r.get("hidden_size", int),
         "context_length": r.get("max_position_embeddings", int), "n_layers": r.get("num_hidden_layers", int),
-        "n_heads": n_heads, "n_kv_heads": r.get("num_key_value_heads", int, n_heads),
+        "n_heads": n_heads, "n_kv_heads": r.get("num_key_value_heads", int, kv_heads or n_heads),
         "d_ff": r.get("intermediate_size", int), "norm_placement": "pre",
     }
 
@@ -63,20 +61,44 @@ def silu_gate(r: ConfigReader) -> dict[str, Any]:
 
 def full_rope(r: ConfigReader, title: str) -> dict[str, Any]:
     """The [positional] table: the family's rotary embedding turns every feature of a head."""
-    positional = rope(r)
+    return refuse_fraction(r, rope(r), title)
+
+
+def refuse_fraction(r: ConfigReader, positional: dict[str, Any], title: str) -> dict[str, Any]:
+    """``positional`` without its rotated fraction, which is refused: the family rotates every feature."""
     if "fraction" in positional:
         r.problem("partial_rotary_factor", f"partial RoPE (factor {positional.pop('fraction')}) is not supported",
-                  f"the {title} family rotates every feature; expected 1.0")
+                  f"the {title} family rotates every feature of a head; expected 1.0")
     return positional
+
+
+def top_level_fraction(r: ConfigReader, used: float) -> None:
+    """A top-level partial_rotary_factor (transformers 4's place) that rope(r) skipped for rope_parameters'
+    (transformers 5's): refused unless the two agree."""
+    top = r.get("partial_rotary_factor", float, None)
+    if top is not None and top != used:
+        r.problem("partial_rotary_factor", f"{top} differs from rope_parameters.partial_rotary_factor = {used}",
+                  "transformers 5 reads rope_parameters, transformers 4 this: keep one")
 
 
 def window_key(r: ConfigReader, default: int | None) -> int | None:
     """sliding_window: null means full attention; an absent key is the config class's default (4096 for
     Mistral and Qwen, none for StarCoder2), which transformers then uses."""
-    if "sliding_window" in r.config and r.config["sliding_window"] is None:
-        r.accept("sliding_window")
+    return nullable(r, "sliding_window", int, default)
+
+
+def nullable(r: ConfigReader, key: str, kind: type, default: Any) -> Any:
+    """A key whose explicit null switches a feature off (a window, a softcap): absent takes transformers'
+    default, null is None (``ConfigReader.get`` reads null as absent)."""
+    if key in r.config and r.config[key] is None:
+        r.accept(key)
         return None
-    return r.get("sliding_window", int, default)
+    return r.get(key, kind, default)
+
+
+def window_attention(window: int | None) -> dict[str, Any]:
+    """The [attention] table of a family whose every layer has the same window (None: full attention)."""
+    return {"use": "causal"} if window is None else {"use": "causal", "sliding_window": window}
 
 
 def qwen_windows(r: ConfigReader, n_layers: int | None) -> Windows:
@@ -140,8 +162,26 @@ def document(model: dict[str, Any], *, positional: dict[str, Any], norm: dict[st
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def windows_of(spec: ModelSpec) -> Windows:
-    return [getattr(spec.layer(i).attention.config, "sliding_window", None) for i in range(spec.model.n_layers)]
+def size_keys(spec: ModelSpec) -> dict[str, Any]:
+    """The config.json keys ``sizes`` reads, and the tying, as every Llama-like family writes them."""
+    m = spec.model
+    return {
+        "vocab_size": m.vocab_size, "hidden_size": m.d_model, "intermediate_size": m.d_ff,
+        "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads, "num_key_value_heads": m.kv_heads,
+        "max_position_embeddings": m.context_length, "tie_word_embeddings": spec.head.config.tied,
+    }
+
+
+def given_head_dim(spec: ModelSpec) -> dict[str, Any]:
+    """head_dim, written only when the spec gives one (a key the family's config class lacks, but its
+    attention reads when given)."""
+    given = spec.model.given_head_dim
+    return {} if given is None else {"head_dim": given}
+
+
+def window_json(spec: ModelSpec) -> dict[str, Any]:
+    """sliding_window of a family whose every layer has the same window (None: full attention)."""
+    return {"sliding_window": windows_of(spec)[0] if spec.model.n_layers else None}
 
 
 def qwen_windows_json(spec: ModelSpec) -> dict[str, Any]:
@@ -154,131 +194,26 @@ def qwen_windows_json(spec: ModelSpec) -> dict[str, Any]:
             "layer_types": ["sliding_attention" if w is not None else "full_attention" for w in windows]}
 
 
-def biases(spec: ModelSpec) -> tuple[bool, bool, bool]:
-    """Whether the qkv projections, the output projection and the MLP have biases."""
-    m, config = spec.model, spec.attention.config
-    qkv, out = getattr(config, "qkv_bias", None), getattr(config, "out_bias", None)
-    return (m.bias if qkv is None else qkv, m.bias if out is None else out, m.bias)
-
-
-def bias_misfit(spec: ModelSpec, fits: Callable[[bool, bool, bool], bool], has: str) -> list[str]:
-    qkv, out, ffn = biases(spec)
-    if fits(qkv, out, ffn):
-        return []
-    return [f"biases qkv = {str(qkv).lower()}, out = {str(out).lower()}, ffn = {str(ffn).lower()} ([model] bias, "
-            f"[attention] qkv_bias, out_bias): the family has {has}"]
-
-
-def layout_misfits(spec: ModelSpec, *, windows: WindowPolicy, head_dim: bool = True,
-                   qk_norm: Literal["none", "head"] = "none") -> list[str]:
-    """What keeps a spec from the Llama-like layout, beyond the norm, activation and biases each family
-    checks itself (a variant of ``family.common_misfits`` that lets a family express head_dim, sliding
-    windows and qk-norm)."""
-    problems = structure_misfits(spec) + layer_misfits(spec, windows)
-    if spec.positional.name != "rope":
-        problems.append(f"positional is {spec.positional.name!r}, expected 'rope'")
-    return problems + option_misfits(spec, head_dim=head_dim, qk_norm=qk_norm)
-
-
-def structure_misfits(spec: ModelSpec) -> list[str]:
-    """An LM head, causal attention, pre-norm blocks with a final norm and a dense FFN."""
-    m, problems = spec.model, []
-    if spec.head.name != "lm":
-        problems.append(f"head is {spec.head.name!r}, expected 'lm'")
-    if spec.attention.name != "causal":
-        problems.append(f"attention is {spec.attention.name!r}, expected 'causal'")
-    if m.norm_placement != "pre" or not m.has_final_norm:
-        problems.append("expected pre-norm blocks with a final norm")
-    if spec.block.name != "pre" or spec.block.distribution not in (None, "blockspec-blocks"):
-        problems.append(f"block is {spec.block.use!r}, expected 'pre': the family's layers are pre-norm "
-                        "x + attn(norm1(x)), x + ffn(norm2(x))")
-    if spec.ffn.name != "dense" or spec.ffn.distribution not in (None, "blockspec"):
-        problems.append(f"ffn is {spec.ffn.use!r}, expected 'dense': the family's MLP is up, activation, down")
-    return problems
-
-
-def layer_misfits(spec: ModelSpec, windows: WindowPolicy) -> list[str]:
-    """Layers may differ only in their attention's window, and only as the family's config.json can say."""
-    if any(_differs_beyond_window(spec, i) for i in range(spec.model.n_layers)):
-        return ["the layers differ ([[layers]]) beyond their attention's sliding_window: the family configures "
-                "every layer alike"]
-    found = windows_of(spec)
-    widths = {w for w in found if w is not None}
-    if windows == "none" and widths:
-        return [f"[attention] sliding_window = {min(widths)}: the family has full causal attention only"]
-    if len(widths) > 1:
-        return [f"sliding windows of {len(widths)} widths: the family has one sliding_window"]
-    if windows == "all" and widths and None in found:
-        return ["some layers slide, some do not ([[layers]]): the family's sliding_window applies to every layer"]
-    return []
-
-
-def _differs_beyond_window(spec: ModelSpec, i: int) -> bool:
-    layer = spec.layer(i)
-    if (layer.block, layer.ffn, layer.norm, layer.activation, layer.positional) != (
-            spec.block, spec.ffn, spec.norm, spec.activation, spec.positional):
-        return True
-    ours, base = layer.attention, spec.attention
-    if ours.use != base.use or not isinstance(ours.config, CausalAttentionConfig):
-        return ours != base
-    return attrs.evolve(ours.config, sliding_window=None) != attrs.evolve(base.config, sliding_window=None)
-
-
-def option_misfits(spec: ModelSpec, *, head_dim: bool, qk_norm: str) -> list[str]:
-    """The model, attention, norm, positional and head options the Llama-like families lack."""
-    m, problems = spec.model, []
-    if not head_dim and m.given_head_dim is not None and m.given_head_dim != m.d_model // m.n_heads:
-        problems.append(f"[model] head_dim = {m.given_head_dim}: the family's head_dim is d_model / n_heads")
-    if m.embedding_scale is not None:
-        problems.append("[model] embedding_scale: the family does not scale the embeddings")
-    attention = spec.attention.config
-    if isinstance(attention, CausalAttentionConfig):
-        problems += _attention_misfits(attention, qk_norm)
-    if getattr(spec.norm.config, "offset", False):
-        problems.append("[norm] offset = true: the family's RMSNorm scales by w, not 1 + w")
-    if getattr(spec.positional.config, "fraction", 1.0) != 1.0:
-        problems.append(f"[positional] fraction = {spec.positional.config.fraction}: the family rotates every "
-                        "feature of a head")
-    if getattr(spec.head.config, "logit_softcap", None) is not None:
-        problems.append("[head] logit_softcap: the family's logits are not capped")
-    return problems
-
-
-def _attention_misfits(attention: CausalAttentionConfig, qk_norm: str) -> list[str]:
-    problems = []
-    if attention.qk_norm != qk_norm:
-        has = "no q/k norm" if qk_norm == "none" else f"qk_norm = {qk_norm!r} on every layer"
-        problems.append(f"[attention] qk_norm = {attention.qk_norm!r}: the family has {has}")
-    if attention.logit_softcap is not None:
-        problems.append(f"[attention] logit_softcap = {attention.logit_softcap}: the family has no attention "
-                        "logit softcap")
-    if attention.query_scale is not None:
-        problems.append(f"[attention] query_scale = {attention.query_scale}: the family scales scores by "
-                        "1/sqrt(head_dim)")
-    return problems
-
-
-def norm_misfits(spec: ModelSpec, name: str) -> list[str]:
-    if spec.norm.name != name:
-        return [f"norm is {spec.norm.name!r}, expected {name!r}"]
-    if name == "layernorm" and not (spec.norm.config.elementwise_affine and spec.norm.config.bias):
-        return ["expected norm 'layernorm' with weight and bias"]
-    return []
-
-
 # ---------------------------------------------------------------- weights
 
-MlpRules = Callable[[ModelSpec, str, str], list[Rule]]  # (spec, ours, theirs) -> one layer's MLP rules
+SublayerRules = Callable[[ModelSpec, str, str], list[Rule]]  # (spec, ours, theirs) -> one sublayer's rules
+Norms = tuple[tuple[str, str], ...]  # a block's norms, each with its Hugging Face name in the layer
+PRE_NORMS: Norms = (("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"))
 
 
-def rules(spec: ModelSpec, mlp: MlpRules) -> list[Rule]:
-    """The whole weight map: embedding, each layer (norms, attention, ``mlp``), final norm, untied head."""
+def rules(spec: ModelSpec, norms: Norms = PRE_NORMS, *, attention: SublayerRules | None = None,
+          mlp: SublayerRules | None = None, mlp_name: str = "mlp") -> list[Rule]:
+    """The whole weight map: embedding, each layer (``norms``, ``attention``, by default q/k/v/o apart, and
+    ``mlp``, by default gate/up/down apart, which Hugging Face names ``mlp_name`` in the layer), final norm,
+    untied head."""
+    attention, mlp = attention or attention_rules, mlp or gated_mlp_rules
     found = [same("embedding.weight", "model.embed_tokens.weight"), *norm_rules(spec, "final_norm", "model.norm")]
     for i in range(spec.model.n_layers):
         ours, theirs = f"blocks.{i}", f"model.layers.{i}"
-        found += norm_rules(spec, f"{ours}.norm1", f"{theirs}.input_layernorm")
-        found += norm_rules(spec, f"{ours}.norm2", f"{theirs}.post_attention_layernorm")
-        found += attention_rules(spec, f"{ours}.attn", f"{theirs}.self_attn") + mlp(spec, f"{ours}.ffn", f"{theirs}.mlp")
+        for mine, hf in norms:
+            found += norm_rules(spec, f"{ours}.{mine}", f"{theirs}.{hf}")
+        found += attention(spec, f"{ours}.attn", f"{theirs}.self_attn")
+        found += mlp(spec, f"{ours}.ffn", f"{theirs}.{mlp_name}")
     if not spec.head.config.tied:
         found.append(same("head.weight", "lm_head.weight"))
     return found

@@ -10,9 +10,8 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import llama_like
-from blockspec.interop.weight_map import Rule
 
 MISTRAL = "MistralForCausalLM"
 
@@ -26,11 +25,10 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
     llama_like.read_head_dim(r, model)
     window = llama_like.window_key(r, 4096)  # MistralConfig's default when the key is absent
     _layer_types(r, window)
-    attention = {"use": "causal", **({"sliding_window": window} if window is not None else {})}
     return llama_like.document(
         model, positional=llama_like.full_rope(r, "Mistral"),
         norm={"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6)}, activation=llama_like.silu_gate(r),
-        tied=r.get("tie_word_embeddings", bool, False), attention=attention,
+        tied=r.get("tie_word_embeddings", bool, False), attention=llama_like.window_attention(window),
     )
 
 
@@ -47,35 +45,19 @@ def _layer_types(r: ConfigReader, window: int | None) -> None:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = llama_like.layout_misfits(spec, windows="all")
-    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: not (qkv or out or ffn), "no biases")
-    problems += llama_like.norm_misfits(spec, "rmsnorm")
-    if spec.activation.name != "swiglu":
-        problems.append(f"activation is {spec.activation.name!r}, expected 'swiglu'")
-    return problems
+EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="none", windows="all", head_dim=True)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
-    m = spec.model
     return {
-        "architectures": [MISTRAL], "model_type": "mistral", "vocab_size": m.vocab_size, "hidden_size": m.d_model,
-        "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
-        "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": m.context_length, "rms_norm_eps": spec.norm.config.eps,
-        **rope_json(spec.positional.config), "sliding_window": llama_like.windows_of(spec)[0] if m.n_layers else None,
-        "attention_dropout": m.dropout, "tie_word_embeddings": spec.head.config.tied,
+        "architectures": [MISTRAL], "model_type": "mistral", **llama_like.size_keys(spec),
+        "head_dim": spec.model.head_dim, "hidden_act": "silu", "rms_norm_eps": spec.norm.config.eps,
+        **rope_json(spec.positional.config), **llama_like.window_json(spec), "attention_dropout": spec.model.dropout,
     }
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, llama_like.gated_mlp_rules)
-
-
 FAMILY = Family(
-    name="mistral", title="Mistral", architectures={MISTRAL: "mistral"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
+    name="mistral", title="Mistral", architectures={MISTRAL: "mistral"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
+    ignored=llama_like.ignored,
 )

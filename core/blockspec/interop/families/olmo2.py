@@ -12,12 +12,14 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import gemma_shared as shared
+from blockspec.interop.families import llama_like
 from blockspec.interop.weight_map import Rule
 
 ARCHITECTURE = "Olmo2ForCausalLM"
-LAYOUT = shared.Layout(block="output_norm", offset=False, scaled=False, activations=("swiglu",), options=("qk_norm",))
+EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="attention_bias_only", blocks=("output_norm",),
+                      qk_norm="all", head_dim=True)
 NORMS = (("norm1", "post_attention_layernorm"), ("norm2", "post_feedforward_layernorm"))
 
 
@@ -31,24 +33,13 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
     eps = r.get("rms_norm_eps", float, 1e-5)  # Olmo2Config's default
     return {
         "model": shared.model_table(r, name, head_dim=None, kv_heads=None), "block": {"use": "output_norm"},
-        "positional": shared.positional_table(r, "OLMo 2"), "norm": {"use": "rmsnorm", "eps": eps},
+        "positional": llama_like.full_rope(r, "OLMo 2"), "norm": {"use": "rmsnorm", "eps": eps},
         "activation": {"use": "swiglu"}, "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, False)},
         "attention": shared.attention_table(r, qk_norm="all", qk_norm_eps=eps),
     }
 
 
 # ---------------------------------------------------------------- spec -> config.json
-
-
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = shared.misfits(spec, LAYOUT)
-    attention, eps = spec.attention.config, getattr(spec.norm.config, "eps", None)
-    if getattr(attention, "qk_norm", None) != "all":
-        problems.append(f"[attention] qk_norm = {getattr(attention, 'qk_norm', None)!r}: the family normalises "
-                        "queries and keys over all heads ('all')")
-    elif attention.qk_norm_eps != eps:
-        problems.append(f"[attention] qk_norm_eps = {attention.qk_norm_eps}: the family's is the norms' eps ({eps})")
-    return problems
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
@@ -62,10 +53,11 @@ def config_json(spec: ModelSpec) -> dict[str, Any]:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return shared.rules(spec, NORMS)
+    return llama_like.rules(spec, NORMS)
 
 
 FAMILY = Family(
-    name="olmo2", title="OLMo 2", architectures={ARCHITECTURE: "olmo2"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=shared.LAYER_INDEX, ignored=shared.ignored,
+    name="olmo2", title="OLMo 2", architectures={ARCHITECTURE: "olmo2"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
+    ignored=llama_like.ignored,
 )

@@ -10,9 +10,8 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family, biases
 from blockspec.interop.families import llama_like
-from blockspec.interop.weight_map import Rule
 
 QWEN3 = "Qwen3ForCausalLM"
 
@@ -39,40 +38,21 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = llama_like.layout_misfits(spec, windows="per_layer", qk_norm="head")
-    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: qkv == out and not ffn,
-                                       "one attention_bias for q, k, v and o, and none in the MLP")
-    problems += llama_like.norm_misfits(spec, "rmsnorm")
-    if spec.activation.name != "swiglu":
-        problems.append(f"activation is {spec.activation.name!r}, expected 'swiglu'")
-    qk_eps, eps = getattr(spec.attention.config, "qk_norm_eps", None), getattr(spec.norm.config, "eps", None)
-    if qk_eps != eps:
-        problems.append(f"[attention] qk_norm_eps = {qk_eps}: the family's q/k norms use rms_norm_eps = {eps}")
-    return problems
+EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="attention_bias_only",
+                      windows="per_layer", qk_norm="head", head_dim=True)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
-    m = spec.model
     return {
-        "architectures": [QWEN3], "model_type": "qwen3", "vocab_size": m.vocab_size, "hidden_size": m.d_model,
-        "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
-        "num_key_value_heads": m.kv_heads, "head_dim": m.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": m.context_length, "rms_norm_eps": spec.norm.config.eps,
+        "architectures": [QWEN3], "model_type": "qwen3", **llama_like.size_keys(spec),
+        "head_dim": spec.model.head_dim, "hidden_act": "silu", "rms_norm_eps": spec.norm.config.eps,
         **rope_json(spec.positional.config), **llama_like.qwen_windows_json(spec),
-        "attention_bias": llama_like.biases(spec)[0], "attention_dropout": m.dropout,
-        "tie_word_embeddings": spec.head.config.tied,
+        "attention_bias": biases(spec)[0], "attention_dropout": spec.model.dropout,
     }
 
 
-# ---------------------------------------------------------------- weights
-
-
-def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, llama_like.gated_mlp_rules)
-
-
 FAMILY = Family(
-    name="qwen3", title="Qwen3", architectures={QWEN3: "qwen3"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
+    name="qwen3", title="Qwen3", architectures={QWEN3: "qwen3"}, spec_dict=spec_dict,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=llama_like.rules, layer_index=llama_like.LAYER_INDEX,
+    ignored=llama_like.ignored,
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope_json
-from blockspec.interop.family import Family
+from blockspec.interop.family import Expresses, Family
 from blockspec.interop.families import llama_like
 from blockspec.interop.families.gpt2 import ACTIVATIONS
 from blockspec.interop.weight_map import Rule, same
@@ -33,7 +33,7 @@ def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
         model, positional=llama_like.full_rope(r, "StarCoder2"),
         norm={"use": "layernorm", "eps": r.get("norm_epsilon", float, 1e-5)}, activation=_activation(r),
         tied=r.get("tie_word_embeddings", bool, True),
-        attention={"use": "causal", **({"sliding_window": window} if window is not None else {})},
+        attention=llama_like.window_attention(window),
     )
 
 
@@ -56,28 +56,17 @@ def _constants(r: ConfigReader) -> None:
 # ---------------------------------------------------------------- spec -> config.json
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = llama_like.layout_misfits(spec, windows="all")
-    problems += llama_like.bias_misfit(spec, lambda qkv, out, ffn: qkv == out == ffn,
-                                       "one use_bias for every linear")
-    problems += llama_like.norm_misfits(spec, "layernorm")
-    if spec.activation.name not in ("gelu", "relu", "silu"):
-        problems.append(f"activation is {spec.activation.name!r}, expected gelu, relu or silu")
-    return problems
+EXPRESSES = Expresses(norm="layernorm", activations=("gelu", "relu", "silu"), biases="use_bias",
+                      windows="all", head_dim=True)
 
 
 def config_json(spec: ModelSpec) -> dict[str, Any]:
     m = spec.model
-    head_dim = {"head_dim": m.given_head_dim} if m.given_head_dim is not None else {}
     return {
-        "architectures": [STARCODER2], "model_type": "starcoder2", "vocab_size": m.vocab_size,
-        "hidden_size": m.d_model, "intermediate_size": m.d_ff, "num_hidden_layers": m.n_layers,
-        "num_attention_heads": m.n_heads, "num_key_value_heads": m.kv_heads, **head_dim,
-        "hidden_act": _hidden_act(spec), "max_position_embeddings": m.context_length,
-        "norm_epsilon": spec.norm.config.eps, **rope_json(spec.positional.config), **CONSTANT,
-        "sliding_window": llama_like.windows_of(spec)[0] if m.n_layers else None, "use_bias": m.bias,
+        "architectures": [STARCODER2], "model_type": "starcoder2", **llama_like.size_keys(spec),
+        **llama_like.given_head_dim(spec), "hidden_act": _hidden_act(spec), "norm_epsilon": spec.norm.config.eps,
+        **rope_json(spec.positional.config), **CONSTANT, **llama_like.window_json(spec), "use_bias": m.bias,
         "attention_dropout": m.dropout, "residual_dropout": m.dropout, "embedding_dropout": m.dropout,
-        "tie_word_embeddings": spec.head.config.tied,
     }
 
 
@@ -92,7 +81,7 @@ def _hidden_act(spec: ModelSpec) -> str:
 
 
 def rules(spec: ModelSpec) -> list[Rule]:
-    return llama_like.rules(spec, _mlp_rules)
+    return llama_like.rules(spec, mlp=_mlp_rules)
 
 
 def _mlp_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
@@ -104,6 +93,6 @@ def _mlp_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
 
 FAMILY = Family(
     name="starcoder2", title="StarCoder2", architectures={STARCODER2: "starcoder2"}, spec_dict=spec_dict,
-    misfits=misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
+    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
     ignored=llama_like.ignored,
 )
