@@ -1,13 +1,18 @@
-"""Checks every component gets, whatever it promises: finite, deterministic, state_dict round trip."""
+"""Checks every component gets, whatever it promises: finite, deterministic, state_dict round trip, dtypes."""
 
 from __future__ import annotations
 
+import attrs
 import torch
 
 from blockspec.registry.components import Component
-from blockspec.testing.cases import Case
-from blockspec.testing.harness import build_isolated, exercise, outputs
-from blockspec.testing.properties.base import Property, assert_close
+from blockspec.testing.cases import ALL_DTYPES, Case
+from blockspec.testing.harness import build_isolated, dtype_of, exercise, outputs
+from blockspec.testing.properties.base import Property, assert_close, assert_like
+
+# How far a low-precision output may stray from the float64 computation with the same weights and inputs:
+# the norm of the difference over the norm of the float64 output (a wrong result is off by ~1).
+DTYPE_TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 
 
 def check_finite(component: Component, case: Case, device: str) -> None:
@@ -43,6 +48,42 @@ def check_state_dict_roundtrip(component: Component, case: Case, device: str) ->
             assert_close(reloaded[name], tensor, f"{name} after a state_dict round trip", atol=0, rtol=0)
 
 
+def check_dtypes(component: Component, case: Case, device: str) -> None:
+    """After ``.to(dtype)`` every floating parameter and buffer is in that dtype; inputs in it give outputs in
+    it, finite, and (but for routed mixtures) within the dtype's precision of the float64 computation."""
+    built, tensors, found = exercise(component, case, device)
+    dtype = dtype_of(case)
+    stray = [f"{name} ({t.dtype})" for name, t in _floating_state(built.module) if t.dtype != dtype]
+    if stray:
+        raise AssertionError(f"after .to({dtype}) these stay in another dtype: {', '.join(stray)}")
+    for name, tensor in found.items():
+        if tensor is not None:
+            assert_like(tensor, tensors[0], f"{name} for {case.dtype} input")
+            if not bool(torch.isfinite(tensor).all()):
+                raise AssertionError(f"{name}: not finite in {case.dtype} for standard normal input")
+    if "mixture" not in component.promises:  # top-k routing may flip between precisions: no value check
+        _check_precision(component, case, device, tensors, found)
+
+
+def _check_precision(component: Component, case: Case, device: str, tensors, found) -> None:
+    wide = attrs.evolve(case, dtype="float64")
+    reference = outputs(component.kind, build_isolated(component, wide, device=device).module, wide,
+                        tuple(t.double() for t in tensors))
+    for name, tensor in found.items():
+        if tensor is None:
+            continue
+        expected = reference[name].double()
+        error = ((tensor.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+        if error > DTYPE_TOLERANCE[case.dtype]:
+            raise AssertionError(f"{name} in {case.dtype} is {error:.3g} (relative norm) from the float64 "
+                                 f"computation with the same weights; {case.dtype} allows "
+                                 f"{DTYPE_TOLERANCE[case.dtype]:g}")
+
+
+def _floating_state(module: torch.nn.Module):
+    return [(n, t) for n, t in [*module.named_parameters(), *module.named_buffers()] if t.is_floating_point()]
+
+
 def _run(component: Component, case: Case, device: str):
     return exercise(component, case, device)
 
@@ -60,4 +101,6 @@ UNIVERSAL = (
     Property(name="deterministic", summary="same seed, same weights and outputs", check=check_deterministic),
     Property(name="state_dict", summary="state_dict round trip reproduces the outputs",
              check=check_state_dict_roundtrip),
+    Property(name="dtypes", check=check_dtypes, dtypes=ALL_DTYPES,
+             summary="float32/64, bfloat16, float16: parameters follow .to(); outputs keep the dtype, finite, precise"),
 )
