@@ -104,22 +104,29 @@ def perturb(module: nn.Module, seed: int) -> None:
     """
     gen = torch.Generator().manual_seed(seed + 104729)
     with torch.no_grad():
-        for tensor in trained_state(module):
+        for tensor in trained_state(module).values():
+            if tensor.device.type == "meta":
+                continue
             noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float64)
             rms = tensor.double().pow(2).mean().sqrt().item() if tensor.numel() else 0.0
             std = PERTURBATION * max(rms, PERTURBATION_FLOOR)
             tensor.add_((std * noise).to(device=tensor.device, dtype=tensor.dtype))
 
 
-def trained_state(module: nn.Module) -> list[torch.Tensor]:
-    """The floating tensors training or a checkpoint sets: parameters and persistent buffers, each once."""
-    found: dict[int, torch.Tensor] = {}
-    for sub in module.modules():
-        persistent = [b for name, b in sub._buffers.items() if name not in sub._non_persistent_buffers_set]
-        for tensor in [*sub._parameters.values(), *persistent]:
-            if tensor is not None and tensor.is_floating_point() and tensor.device.type != "meta":
-                found.setdefault(id(tensor), tensor)
-    return list(found.values())
+def trained_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The floating tensors training or a checkpoint sets, by name: parameters and persistent buffers, each once.
+
+    Non-persistent buffers (derived tables) are left out.
+    """
+    found: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for prefix, sub in module.named_modules():
+        persistent = {n: b for n, b in sub._buffers.items() if n not in sub._non_persistent_buffers_set}
+        for name, tensor in [*sub._parameters.items(), *persistent.items()]:
+            if tensor is not None and tensor.is_floating_point() and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found[f"{prefix}.{name}" if prefix else name] = tensor
+    return found
 
 
 @contextmanager

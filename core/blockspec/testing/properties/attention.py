@@ -31,7 +31,8 @@ def check_causal(component: Component, case: Case, device: str) -> None:
     with torch.no_grad():
         out = built.module(changed, PositionalEncoding(), case.start)
     keep = case.cut + 1
-    assert_unchanged(out[:, :keep], found["output"][:, :keep], f"outputs at 0..{case.cut} after changing positions {keep}..")
+    assert_unchanged(out[:, :keep], found["output"][:, :keep],
+                     f"outputs at 0..{case.cut} after changing positions {keep}..")
 
 
 def check_weights(component: Component, case: Case, device: str) -> None:
