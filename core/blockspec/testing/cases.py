@@ -10,7 +10,7 @@ from attrs import frozen
 from blockspec.spec.schema import ModelConfig
 
 DTYPES = ("float32", "float64")  # what numeric properties draw: tolerances stay sharp
-ALL_DTYPES = ("float32", "float64", "bfloat16", "float16")  # what the ``dtypes`` property draws
+ALL_DTYPES = ("float32", "float64", "bfloat16", "float16")  # what the ``dtypes`` property checks, each example
 
 
 @frozen(kw_only=True)

@@ -10,13 +10,16 @@ import torch
 from blockspec.registry.components import Component
 from blockspec.testing.cases import ALL_DTYPES, Case
 from blockspec.testing.harness import (
-    assume, build_isolated, dtype_of, exercise, fits, inputs, outputs, trained_state,
+    assume, build_isolated, dtype_of, exercise, fits, generator, inputs, outputs, trained_state,
 )
 from blockspec.testing.properties.base import Property, assert_close, assert_like
 
 # How far a low-precision output may stray from the float64 computation with the same weights and inputs:
-# the norm of the difference over the norm of the float64 output (a wrong result is off by ~1).
-DTYPE_TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
+# the norm of the difference over the norm of the float64 output. A wrong result is off by ~1 (bfloat16
+# positions: 1.7); the first-party components stay below a fifth of these over 300 examples.
+DTYPE_TOLERANCE = {"float64": 1e-10, "float32": 1e-4, "float16": 5e-2, "bfloat16": 2e-1}
+ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # unit roundoff: half an ulp at 1
+CONDITIONING = 30  # the tolerance is at least this many times how far the float64 outputs move under rounding
 
 
 def check_finite(component: Component, case: Case, device: str) -> None:
@@ -77,20 +80,46 @@ def _check_dtype(component: Component, case: Case, reference: torch.nn.Module, d
                 raise AssertionError(f"{name}: not finite in {case.dtype} for standard normal input")
     if "mixture" not in component.promises:  # top-k routing may flip between precisions: no value check
         wide = attrs.evolve(case, dtype="float64")
-        expected = outputs(component.kind, reference, wide, tuple(t.double() for t in tensors))
-        _check_precision(case.dtype, found, expected)
+        doubled = tuple(t.double() for t in tensors)
+        expected = outputs(component.kind, reference, wide, doubled)
+        allowed = max(DTYPE_TOLERANCE[case.dtype],
+                      CONDITIONING * _sensitivity(component, reference, case, doubled, expected))
+        _check_precision(case.dtype, found, expected, allowed)
 
 
-def _check_precision(dtype: str, found: dict, reference: dict) -> None:
-    """Each output within DTYPE_TOLERANCE[dtype] of the float64 one, as a relative norm."""
+def _sensitivity(component: Component, reference: torch.nn.Module, case: Case, doubled, expected: dict) -> float:
+    """How far the float64 outputs move when the inputs, parameters and persistent buffers are jittered by the
+    dtype's rounding: an ill-conditioned computation (a LayerNorm of a near-constant vector) moves that far
+    in any implementation, so the tolerance grows with it; a well-conditioned one keeps the dtype's own."""
+    roundoff = ROUNDOFF.get(case.dtype, 0.0)
+    if not roundoff:
+        return 0.0
+    gen = generator(case, 17)
+    jittered = copy.deepcopy(reference)
+    with torch.no_grad():
+        for tensor in trained_state(jittered).values():
+            tensor.mul_(1 + roundoff * torch.randn(tensor.shape, generator=gen, dtype=torch.float64).to(tensor))
+    moved = tuple(t * (1 + roundoff * torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t))
+                  for t in doubled)
+    found = outputs(component.kind, jittered, attrs.evolve(case, dtype="float64"), moved)
+    return max((_relative(t, expected[name]) for name, t in found.items() if t is not None), default=0.0)
+
+
+def _relative(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """||actual - expected|| / ||expected||, in float64."""
+    expected = expected.double()
+    return ((actual.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+
+
+def _check_precision(dtype: str, found: dict, reference: dict, allowed: float) -> None:
+    """Each output within ``allowed`` of the float64 one, as a relative norm."""
     for name, tensor in found.items():
         if tensor is None:
             continue
-        expected = reference[name].double()
-        error = ((tensor.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
-        if error > DTYPE_TOLERANCE[dtype]:
+        error = _relative(tensor, reference[name])
+        if error > allowed:
             raise AssertionError(f"{name} in {dtype} is {error:.3g} (relative norm) from the float64 computation "
-                                 f"with the same weights and inputs; {dtype} allows {DTYPE_TOLERANCE[dtype]:g}")
+                                 f"with the same weights and inputs; {dtype} allows {allowed:.3g} here")
 
 
 def _run(component: Component, case: Case, device: str):
