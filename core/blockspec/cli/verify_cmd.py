@@ -1,4 +1,8 @@
-"""`blockspec verify`: run the conformance kit against installed components; exit 1 if a promise breaks."""
+"""`blockspec verify`: run the conformance kit against installed components; exit 1 if a promise breaks.
+
+A check that could not run ("n/c": the module lacks what it reads) is listed with its reason but does
+not fail the run; a usage error exits 2.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from blockspec.registry.components import Registry
 from blockspec.cli.common import (add_device_argument, add_json_argument, emit_json, positive_int, print_table,
                                   registry_with_warnings, resolve_device)
 
-CELLS = {"passed": "pass", "failed": "FAIL", "not applicable": "-"}
+CELLS = {"passed": "pass", "failed": "FAIL", "could not check": "n/c", "not applicable": "-"}
 
 
 class VerifyUsageError(BlockspecError, ValueError):
@@ -23,9 +27,12 @@ def add_parser(subparsers) -> None:
         "verify", help="check installed components against the promises they declare (needs hypothesis)")
     parser.add_argument("--distribution", metavar="NAME", help="only components of this distribution")
     parser.add_argument("--component", metavar="KIND:NAME", help="only this component, e.g. norm:rmsnorm")
-    parser.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--max-examples", type=positive_int, default=None, metavar="N",
                         help="hypothesis examples per component x property "
                              "(default: 25; whole-model checks run a quarter)")
+    budget.add_argument("--thorough", action="store_true",
+                        help="the release budget: 500 examples per component x property (about 20 times longer)")
     add_device_argument(parser)
     add_json_argument(parser, "a JSON array of results")
     parser.set_defaults(run=run)
@@ -34,12 +41,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     _require_kit()
     device = resolve_device(args.device)
-    from blockspec.testing.runner import DEFAULT_MAX_EXAMPLES, select, verify
+    from blockspec.testing.runner import budget, select, verify
 
     registry = registry_with_warnings()
     _check_selection(registry, args.distribution, args.component)
     components = select(registry, distribution=args.distribution, component=args.component)
-    results = verify(components, max_examples=args.max_examples or DEFAULT_MAX_EXAMPLES,
+    results = verify(components, max_examples=budget(args.max_examples, thorough=args.thorough),
                      device=str(device))
     if args.json:
         emit_json([r.as_dict() for r in results])
@@ -85,14 +92,15 @@ def _print(results: Sequence) -> None:
         rows = [r for r in results if r.component.kind == kind]
         if rows:
             _print_kind(kind, rows)
-    failures = [r for r in results if r.status == "failed"]
-    for result in failures:
+    for result in (r for r in results if r.status == "could not check"):
+        print(f"\nn/c {result.message}")
+    for result in (r for r in results if r.status == "failed"):
         print(f"\nFAIL {result.message}")
         if result.example is not None:
             print(f"  falsifying example: {result.example}")
     counts = {s: sum(r.status == s for r in results) for s in CELLS}
-    print(f"\n{counts['passed']} passed, {counts['failed']} failed, "
-          f"{counts['not applicable']} not applicable (not promised)")
+    print(f"\n{counts['passed']} passed, {counts['failed']} failed, {counts['could not check']} could not check "
+          f"(n/c), {counts['not applicable']} not applicable (not promised)")
 
 
 def _print_kind(kind: str, rows: Sequence) -> None:

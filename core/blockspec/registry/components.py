@@ -10,7 +10,7 @@ import attrs
 from attrs import field, frozen
 
 from blockspec.errors import RegistrationError
-from blockspec.spec.kinds import KINDS, PROMISES
+from blockspec.spec.kinds import KINDS, PROMISES, REQUIRES
 
 
 @frozen(kw_only=True)
@@ -70,12 +70,24 @@ def validate_component(component: Component) -> None:
         )
     if not callable(component.build):
         raise RegistrationError(f"{component.kind}:{component.name}: build must be callable")
+    _check_promises(component)
+
+
+def _check_promises(component: Component) -> None:
+    """Only the kind's promises, and each with the promises it builds on (norm_preserving needs rotary)."""
     unknown = component.promises - PROMISES[component.kind]
     if unknown:
         raise RegistrationError(
             f"{component.kind}:{component.name}: unknown promises {sorted(unknown)}; "
             f"a {component.kind} may promise {sorted(PROMISES[component.kind])}"
         )
+    for promise in sorted(component.promises):
+        needed = REQUIRES.get((component.kind, promise))
+        if needed is not None and needed not in component.promises:
+            raise RegistrationError(
+                f"{component.kind}:{component.name}: promise {promise!r} needs {needed!r} as well; "
+                f"write promises=({needed!r}, {promise!r}, ...)"
+            )
 
 
 def _is_frozen(cls: type) -> bool:

@@ -26,7 +26,7 @@ SECTIONS: tuple[str, ...] = KINDS
 
 PROMISES = MappingProxyType(
     {
-        "positional": frozenset({"additive", "rotary", "score_bias", "relative", "unbounded"}),
+        "positional": frozenset({"additive", "rotary", "norm_preserving", "score_bias", "relative", "unbounded"}),
         "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms"}),
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "classifier"}),
@@ -36,11 +36,16 @@ PROMISES = MappingProxyType(
     }
 )
 
+# Promises that only make sense with another one of the same kind: registering one without it is refused.
+REQUIRES = MappingProxyType({("positional", "norm_preserving"): "rotary"})
+
 # What each promise means, as the conformance kit (blockspec.testing) checks it.
 PROMISE_MEANINGS = MappingProxyType(
     {
         ("positional", "additive"): "embed() adds a (N, d) signal to the embeddings",
-        ("positional", "rotary"): "rotate() turns q and k by position, preserving norms",
+        ("positional", "rotary"): "rotate() turns q and k by position (the module's rotates flag)",
+        ("positional", "norm_preserving"): ("rotate() keeps every q and k vector's length (a pure rotation; "
+                                            "xPos-like scaling does not); needs 'rotary'"),
         ("positional", "score_bias"): "score_bias() adds to the attention scores",
         ("positional", "relative"): "what position p+k gets is a fixed function of what p gets, for every p",
         ("positional", "unbounded"): "max_positions is None: any position works",
@@ -48,7 +53,8 @@ PROMISE_MEANINGS = MappingProxyType(
         ("norm", "shift_invariant"): "norm(x + s) == norm(x) for a per-token constant s",
         ("norm", "standardizes"): "freshly built: every token's output has mean 0 and variance 1",
         ("norm", "unit_rms"): "freshly built: every token's output has root mean square 1",
-        ("activation", "elementwise"): "(..., d_ff) -> (..., d_ff), commutes with permuting features",
+        ("activation", "elementwise"): ("(..., d_ff) -> (..., d_ff), output feature j of each token computed "
+                                        "from input feature j of that token alone"),
         ("activation", "gated"): "(..., 2·d_ff) -> (..., d_ff); the module's ``gated`` flag is set",
         ("head", "lm"): "(B, N, d) -> logits (B, N, |V|), token by token",
         ("head", "tied"): "the output matrix is the token embedding's storage",

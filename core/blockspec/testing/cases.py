@@ -9,7 +9,8 @@ from attrs import frozen
 
 from blockspec.spec.schema import ModelConfig
 
-DTYPES = ("float32", "float64")
+DTYPES = ("float32", "float64")  # what numeric properties draw: tolerances stay sharp
+ALL_DTYPES = ("float32", "float64", "bfloat16", "float16")  # what the ``dtypes`` property checks, each example
 
 
 @frozen(kw_only=True)
@@ -18,6 +19,8 @@ class Case:
 
     ``factor``, ``start`` and ``cut`` are knobs individual properties read: a scale
     factor or shift, the first position, and the position after which inputs change.
+    ``trained``: the built module's parameters and persistent buffers are moved by seeded noise
+    (``blockspec.testing.harness.perturb``), as training would leave them, instead of fresh.
     """
 
     model: ModelConfig
@@ -29,6 +32,7 @@ class Case:
     factor: float = 2.0
     start: int = 0
     cut: int = 0
+    trained: bool = False
 
     def __str__(self) -> str:
         m = self.model
@@ -36,7 +40,7 @@ class Case:
                  f"vocab_size={m.vocab_size} context_length={m.context_length} n_layers={m.n_layers} "
                  f"bias={m.bias} norm_placement={m.norm_placement}")
         knobs = (f"batch={self.batch} tokens={self.tokens} seed={self.seed} dtype={self.dtype} "
-                 f"factor={self.factor:g} start={self.start} cut={self.cut}")
+                 f"factor={self.factor:g} start={self.start} cut={self.cut} trained={self.trained}")
         return f"{sizes} config={self.config!r} {knobs}"
 
     def as_dict(self) -> dict[str, Any]:

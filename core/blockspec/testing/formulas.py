@@ -37,15 +37,19 @@ def layernorm_parameters(model: ModelConfig, *, affine: bool = True, bias: bool 
 
 
 def model_parameters(model: ModelConfig, *, positional: int, norm: int, attention: int, head: int,
-                     gated: bool, ffn: int | None = None, block: int | None = None, norms: int = 2) -> int:
+                     gated: bool, ffn: int | None = None, block: int | None = None, norms: int = 2,
+                     activation: int = 0) -> int:
     """The exact count: embedding + positions + L·(attention + FFN + norms) + final norm + head.
 
-    ``ffn``: an FFN component's own count instead of the dense one's; ``norms``: how many norms
-    the block holds (pre and post: 2; the layout's own number for others, e.g. a sandwich's 4);
-    ``block``: a block component's whole count (with the kit's reference sublayers) instead of the sum.
+    ``activation``: what the activation holds itself (a learned β in x·sigmoid(βx)), once per dense FFN;
+    ``ffn``: an FFN component's own count instead of the dense one's (its activation included);
+    ``norms``: how many norms the block holds (pre and post: 2; the layout's own number for others, e.g. a
+    sandwich's 4); ``block``: a block component's whole count (with the kit's reference sublayers) instead
+    of the sum.
     """
     if block is None:
-        block = attention + (ffn_parameters(model, gated=gated) if ffn is None else ffn) + norms * norm
+        dense = ffn_parameters(model, gated=gated) + activation
+        block = attention + (dense if ffn is None else ffn) + norms * norm
     final = norm if model.has_final_norm else 0
     return model.vocab_size * model.d_model + positional + model.n_layers * block + final + head
 

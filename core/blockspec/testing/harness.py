@@ -84,8 +84,49 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         module = component.build(case.config, ctx)
     if not isinstance(module, nn.Module):
         raise AssertionError(f"build returned {type(module).__name__}, not an nn.Module")
+    if case.trained:
+        perturb(module, case.seed if seed is None else seed)
     dtype = dtype_of(case)
     return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype))
+
+
+PERTURBATION = 0.5  # the noise's std, as a fraction of each tensor's root mean square ...
+PERTURBATION_FLOOR = 0.2  # ... or of this, for tensors that start small or at zero (biases, zero-init tables)
+
+
+def perturb(module: nn.Module, seed: int) -> None:
+    """Move every floating parameter and persistent buffer by seeded Gaussian noise, as training would.
+
+    A promise must hold for every value of the parameters: a table that starts at zero, gains that start
+    equal, or a ReZero α at 0 hide what a module does with the values training gives them. The noise's
+    std is PERTURBATION·max(rms, PERTURBATION_FLOOR), so N(0, 0.02²) weights grow about five-fold and leaks
+    grow with them. Non-persistent buffers are derived (rotary or sinusoidal tables) and stay as built.
+    """
+    gen = torch.Generator().manual_seed(seed + 104729)
+    with torch.no_grad():
+        for tensor in trained_state(module).values():
+            if tensor.device.type == "meta":
+                continue
+            noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float64)
+            rms = tensor.double().pow(2).mean().sqrt().item() if tensor.numel() else 0.0
+            std = PERTURBATION * max(rms, PERTURBATION_FLOOR)
+            tensor.add_((std * noise).to(device=tensor.device, dtype=tensor.dtype))
+
+
+def trained_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The floating tensors training or a checkpoint sets, by name: parameters and persistent buffers, each once.
+
+    Non-persistent buffers (derived tables) are left out.
+    """
+    found: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for prefix, sub in module.named_modules():
+        persistent = {n: b for n, b in sub._buffers.items() if n not in sub._non_persistent_buffers_set}
+        for name, tensor in [*sub._parameters.items(), *persistent.items()]:
+            if tensor is not None and tensor.is_floating_point() and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found[f"{prefix}.{name}" if prefix else name] = tensor
+    return found
 
 
 @contextmanager

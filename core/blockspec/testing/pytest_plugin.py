@@ -6,7 +6,8 @@ One line in a test module::
     test_conformance = verify_distribution("my-distribution")
 
 gives one test per component x declared property. Options: ``--blockspec-max-examples N``
-(default: the active hypothesis profile's max_examples) and ``--blockspec-device``.
+(default: the kit's own 25, as ``blockspec verify``, whatever the hypothesis profile), ``--blockspec-thorough``
+(the release budget, as ``blockspec verify --thorough``) and ``--blockspec-device``.
 Only pytest is imported here at start-up, so the plugin costs nothing to suites that do not use it.
 """
 
@@ -21,7 +22,9 @@ import pytest
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("blockspec", "blockspec conformance kit")
     group.addoption("--blockspec-max-examples", type=int, default=None, metavar="N",
-                    help="hypothesis examples per component x property (default: the active profile's)")
+                    help="hypothesis examples per component x property (default: 25, as blockspec verify)")
+    group.addoption("--blockspec-thorough", action="store_true", default=False,
+                    help="the release budget (500 examples), as blockspec verify --thorough")
     group.addoption("--blockspec-device", default="cpu", metavar="DEVICE",
                     help="device to build components on (default: cpu)")
 
@@ -57,13 +60,14 @@ def verify_distribution(
 
 
 def _run_one(component, prop, request: pytest.FixtureRequest, max_examples: int | None) -> None:
-    from blockspec.testing.runner import check
+    from blockspec.testing.runner import budget, check
 
     options = request.config  # the defaults apply when the plugin itself is disabled (-p no:blockspec)
-    examples = max_examples or options.getoption("blockspec_max_examples", default=None)
+    examples = budget(max_examples or options.getoption("blockspec_max_examples", default=None),
+                      thorough=options.getoption("blockspec_thorough", default=False))
     result = check(component, prop, max_examples=examples,
                    device=options.getoption("blockspec_device", default="cpu"))
-    if result.status == "not applicable":
+    if result.status in ("not applicable", "could not check"):
         pytest.skip(result.message)
     if result.status == "failed":
         example = f"\nfalsifying example: {result.example}" if result.example else ""

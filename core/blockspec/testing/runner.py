@@ -1,4 +1,10 @@
-"""Run the declared properties of registered components; collect passed / failed / not applicable."""
+"""Run the declared properties of registered components; collect passed / failed / could not check / not applicable.
+
+Statuses: "passed"; "failed" (the promise is broken, or the check crashed); "could not check" (the
+component promises it, but its module lacks what the check reads, e.g. a causal attention without
+``project()``: the check raised NotApplicable); "not applicable" (not promised, or a ``when`` rule excludes
+it). Only "failed" fails a run.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,26 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.reporting import with_reporter
 
 from blockspec.registry.components import Component, Quarantine, Registry, Skipped
+from blockspec.spec.kinds import REQUIRES
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable, PropertyFailure
 from blockspec.testing.harness import one_thread
 from blockspec.testing.properties import Property, properties_for
 
-Status = Literal["passed", "failed", "not applicable"]
-DEFAULT_MAX_EXAMPLES = 25
+Status = Literal["passed", "failed", "could not check", "not applicable"]
+STATUSES: tuple[Status, ...] = ("passed", "failed", "could not check", "not applicable")
+DEFAULT_MAX_EXAMPLES = 25  # the one default: `blockspec verify`, verify_distribution and check() alike
+THOROUGH_MAX_EXAMPLES = 500  # `blockspec verify --thorough`, `pytest --blockspec-thorough`: release checks
+
+
+def budget(max_examples: int | None = None, *, thorough: bool = False) -> int:
+    """Examples per component x property: an explicit count, else the thorough or the default budget.
+
+    Never the active hypothesis profile's max_examples: one plugin gets one verdict from the CLI and pytest.
+    """
+    if max_examples is not None:
+        return max_examples
+    return THOROUGH_MAX_EXAMPLES if thorough else DEFAULT_MAX_EXAMPLES
 
 
 @frozen(kw_only=True)
@@ -85,12 +104,14 @@ def check(component: Component, prop: Property, *, max_examples: int | None = No
         with with_reporter(lambda _text: None), one_thread():
             test()
     except NotApplicable as error:
-        return Result(component=component, property=prop.name, status="not applicable", message=str(error))
+        return Result(component=component, property=prop.name, status="could not check",
+                      message=_unchecked(component, prop, error))
     except PropertyFailure as error:
         return Result(component=component, property=prop.name, status="failed", message=str(error),
                       example=failing[-1] if failing else None)
     except Exception as error:  # hypothesis itself gave up (e.g. no valid example): a failure to report
-        detail = f"could not be checked: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        detail = f"hypothesis found no example to check: {type(error).__name__}: {first}"
         return Result(component=component, property=prop.name, status="failed",
                       message=str(prop.failure(component, detail)))
     return Result(component=component, property=prop.name, status="passed")
@@ -98,14 +119,13 @@ def check(component: Component, prop: Property, *, max_examples: int | None = No
 
 def _hypothesis_test(component: Component, prop: Property, failing: list[Case], max_examples: int | None,
                      device: str):
-    budget = max_examples if max_examples is not None else settings.default.max_examples
-    configured = settings(max_examples=prop.examples(budget), deadline=None, database=None, derandomize=True,
-                          verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
+    configured = settings(max_examples=prop.examples(budget(max_examples)), deadline=None, database=None,
+                          derandomize=True, verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
                           suppress_health_check=list(HealthCheck))
 
     @configured
-    @given(prop.cases(component))
+    @given(prop.strategy(component))
     def run(case: Case) -> None:
         try:
             prop(component, case, device)
@@ -116,9 +136,18 @@ def _hypothesis_test(component: Component, prop: Property, failing: list[Case], 
     return run
 
 
+def _unchecked(component: Component, prop: Property, error: NotApplicable) -> str:
+    return (f"{component.kind}:{component.name} (from {component.distribution} {component.version}) "
+            f"could not check {prop.name}: {error}")
+
+
 def _undeclared(component: Component, prop: Property) -> str:
     if prop.promise is not None and prop.promise not in component.promises:
-        return f"{component.kind}:{component.name} does not promise {prop.promise!r}"
+        said = f"{component.kind}:{component.name} does not promise {prop.promise!r}"
+        needed = REQUIRES.get((component.kind, prop.promise))
+        if needed in component.promises:  # e.g. rotary alone: it no longer implies norm_preserving
+            said += f" ({needed!r} alone does not imply it; declare {prop.promise!r} if it holds)"
+        return said
     if prop.when is not None and prop.when.__doc__:
         return f"{component.kind}:{component.name}: {prop.when.__doc__.strip()}"
     return f"does not apply to {component.kind}:{component.name}"

@@ -25,6 +25,9 @@ VOCAB_SIZES = (2, 3, 11, 40)
 CONTEXT_LENGTHS = (2, 5, 16)
 # A few sizes rather than every integer: each new tensor shape costs PyTorch a
 # kernel set-up on first use, and the properties do not depend on exact sizes.
+FAR_STARTS = (60, 63, 64, 65, 100, 127, 128, 255, 256, 511, 512, 1000, 1023, 1024, 2048, 4096)
+# First positions far past any drawn context (at most 16, so 3·16 = 48 before): a table, clamp or
+# cache size at a power of two (or one off it) shows up at the default budget.
 
 
 @st.composite
@@ -116,6 +119,7 @@ def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 
     """One example for a property of ``component``: sizes, config, inputs' seed and knobs.
 
     ``cut`` < tokens - 1 whenever there are two tokens, so "change what comes after cut" changes something.
+    ``trained`` is drawn: fresh modules, and modules perturbed as training would leave them.
     """
     model = draw(model_configs())
     tokens = draw(st.integers(min(min_tokens, model.context_length), min(max_tokens, model.context_length)))
@@ -127,9 +131,15 @@ def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 
         seed=draw(st.integers(0, 2**16)),
         dtype=draw(st.sampled_from(DTYPES)),
         factor=draw(st.sampled_from([0.5, 2.0, 3.0, 10.0, 100.0]) | st.floats(0.5, 100.0)),
-        start=draw(st.integers(0, 3 * model.context_length)),
+        start=draw(starts(model.context_length)),
         cut=draw(st.integers(0, max(tokens - 2, 0))),
+        trained=draw(st.booleans()),
     )
+
+
+def starts(context_length: int) -> st.SearchStrategy[int]:
+    """First positions: near the context (up to 3·context_length), or far past it (``FAR_STARTS``)."""
+    return st.integers(0, 3 * context_length) | st.sampled_from(FAR_STARTS)
 
 
 def sequences(component: Component):

@@ -130,4 +130,5 @@ def blockspec_register(register: Register) -> None:
     register("positional", "learned", LearnedConfig, build_learned, promises=("additive",))
     register("positional", "sinusoidal", SinusoidalConfig, build_sinusoidal,
              promises=("additive", "relative", "unbounded"))
-    register("positional", "rope", RopeConfig, build_rope, promises=("rotary", "relative", "unbounded"))
+    register("positional", "rope", RopeConfig, build_rope,
+             promises=("rotary", "norm_preserving", "relative", "unbounded"))

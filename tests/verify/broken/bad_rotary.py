@@ -39,4 +39,5 @@ def build(config: SquaredAngleConfig, ctx: BuildContext) -> PositionalEncoding:
 
 @hookimpl
 def blockspec_register(register) -> None:
-    register("positional", "squared_rope", SquaredAngleConfig, build, promises=("rotary", "relative", "unbounded"))
+    register("positional", "squared_rope", SquaredAngleConfig, build,
+             promises=("rotary", "norm_preserving", "relative", "unbounded"))

@@ -1,4 +1,4 @@
-"""Activations: elementwise ones keep the width and commute with permutations; gated ones halve it."""
+"""Activations: elementwise ones keep the width and compute each feature from itself; gated ones halve it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import torch
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
-from blockspec.testing.harness import exercise, generator
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
+from blockspec.testing.harness import exercise, generator, normal
+from blockspec.testing.properties.base import LEAK_DTYPES, LEAK_RTOL, Property, assert_like, assert_shape
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -25,13 +25,36 @@ def check_contract(component: Component, case: Case, device: str) -> None:
 
 
 def check_elementwise(component: Component, case: Case, device: str) -> None:
-    """act(x[..., perm]) == act(x)[..., perm]: no feature looks at another."""
+    """Output feature j of token t comes from input feature j of token t alone: replacing one feature
+    (at every token), or one token (every feature), changes nothing else of the output."""
     built, (u,), found = exercise(component, case, device)
-    perm = torch.randperm(u.shape[-1], generator=generator(case, 7)).to(u.device)
+    variants, changed = one_changed(u, case)  # (V, B, N, F) each
     with torch.no_grad():
-        permuted = built.module(u[..., perm])
-    assert_close(permuted, found["output"][..., perm], "act(x[..., perm]) vs act(x)[..., perm]",
-                 atol=1e-6, rtol=1e-6)
+        out = built.module(variants.flatten(0, 1)).view(variants.shape)  # (V·B, N, F) -> (V, B, N, F)
+    kept = torch.where(changed, 0.0, out.double())
+    expected = torch.where(changed, 0.0, found["output"].double().expand_as(out))
+    if not torch.allclose(kept, expected, rtol=0, atol=LEAK_RTOL * max(expected.abs().max().item(), 1e-30)):
+        raise AssertionError(_first_leak(kept, expected, u.shape[-1]))
+
+
+def one_changed(u: torch.Tensor, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """u (B, N, F) with one feature replaced (F variants), then with one token replaced (N variants):
+    the inputs (V, B, N, F) and where each differs from u (V, B, N, F)."""
+    b, n, f = u.shape
+    other = normal(case, b, n, f, offset=7, device=str(u.device)) * 3.0  # (B, N, F)
+    features = torch.eye(f, dtype=torch.bool, device=u.device)[:, None, None, :].expand(f, b, n, f)
+    tokens = torch.eye(n, dtype=torch.bool, device=u.device)[:, None, :, None].expand(n, b, n, f)
+    changed = torch.cat((features, tokens))  # (F + N, B, N, F)
+    return torch.where(changed, other, u), changed
+
+
+def _first_leak(kept: torch.Tensor, expected: torch.Tensor, width: int) -> str:
+    """Which change moved which untouched output, in words."""
+    diff = (kept - expected).abs()  # (V, B, N, F)
+    v, _, t, j = (int(i) for i in torch.nonzero(diff == diff.max())[0])
+    what = f"input feature {v}" if v < width else f"input token {v - width}"
+    return (f"changing {what} changed output feature {j} of token {t} by {diff.max().item():.3g} "
+            f"(an elementwise activation computes each feature from itself alone)")
 
 
 def check_gated(component: Component, case: Case, device: str) -> None:
@@ -47,7 +70,7 @@ ACTIVATION = (
     Property(name="contract", kind="activation", check=check_contract,
              summary="gated flag matches the promise; output width d_ff"),
     Property(name="elementwise", kind="activation", promise="elementwise", check=check_elementwise,
-             summary="commutes with permuting features"),
+             dtypes=LEAK_DTYPES, summary="output feature j of token t depends on input feature j of token t only"),
     Property(name="gated", kind="activation", promise="gated", check=check_gated,
              summary="2·d_ff -> d_ff"),
 )

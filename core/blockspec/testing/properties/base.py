@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Literal
 
+import attrs
 import torch
 from attrs import field, frozen
 
 from blockspec.registry.components import Component
-from blockspec.testing.cases import Case
+from blockspec.testing.cases import DTYPES, Case
 from blockspec.testing.errors import NotApplicable, PropertyFailure
 
 Check = Callable[[Component, Case, str], None]
+Weights = Literal["drawn", "fresh", "trained"]
+LEAK_DTYPES = ("float64",)  # leak checks: float64 rounding (~1e-16) is far below any leak worth naming
+LEAK_RTOL = 1e-12  # a leak larger than this fraction of the largest output fails (float64 noise: ~1e-16)
 
 
 def _default_cases(component: Component):
@@ -46,6 +51,9 @@ class Property:
 
     ``kind`` None: every kind. ``promise`` None: every component of the kind.
     ``when`` narrows further, for checks that depend on more than one promise.
+    ``weights``: "drawn" checks fresh and perturbed (trained) modules, "fresh" only fresh ones (promises
+    about the initialisation), "trained" only perturbed ones (leak checks: weights that make leaks large).
+    ``dtypes``: the dtypes drawn for the module and its inputs.
     Calling the property turns any failure into a PropertyFailure that names
     the component, its distribution and the property.
     """
@@ -58,6 +66,16 @@ class Property:
     when: Callable[[Component], bool] | None = None
     share: float = 1.0  # fraction of max_examples to run: whole-model checks build two models per example
     cases: Callable[[Component], object] = field(default=_default_cases)
+    weights: Weights = "drawn"
+    dtypes: tuple[str, ...] = DTYPES
+
+    def strategy(self, component: Component):
+        """``cases(component)`` with the dtype and the fresh/trained knob this property draws."""
+        from hypothesis import strategies as st
+
+        trained = {"drawn": st.booleans(), "fresh": st.just(False), "trained": st.just(True)}[self.weights]
+        knobs = st.tuples(self.cases(component), st.sampled_from(self.dtypes), trained)
+        return knobs.map(lambda drawn: attrs.evolve(drawn[0], dtype=drawn[1], trained=drawn[2]))
 
     def examples(self, max_examples: int) -> int:
         """This property's share of an example budget; never fewer than 3 (or the budget, if smaller)."""
@@ -108,6 +126,13 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
     if not bool((diff <= bound).all()):
         worst = diff.nan_to_num(nan=float("inf")).max().item()
         raise AssertionError(f"{what}: max |difference| {worst:.3g} exceeds {atol:g} + {rtol:g}·|expected|")
+
+
+def assert_unchanged(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """For leak checks (float64): equal up to ``LEAK_RTOL`` of the largest expected magnitude, so a leak of
+    1e-5 relative size fails however small the outputs are."""
+    scale = expected.double().abs().max().item() if expected.numel() else 0.0
+    assert_close(actual, expected, what, atol=LEAK_RTOL * max(scale, 1e-30), rtol=0)
 
 
 def assert_shape(tensor: torch.Tensor, expected: tuple[int, ...], what: str) -> None:

@@ -8,7 +8,9 @@ from blockspec.modules.positional import PositionalEncoding
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.harness import build_isolated, exercise, inputs
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, sequence_cases
+from blockspec.testing.properties.base import (
+    LEAK_DTYPES, Property, assert_close, assert_like, assert_shape, sequence_cases,
+)
 from blockspec.testing.properties.attention import check_causal  # a block is causal as its attention is
 
 
@@ -40,9 +42,10 @@ def check_parallel(component: Component, case: Case, device: str) -> None:
 
 BLOCK = (
     Property(name="contract", kind="block", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
-    Property(name="residual", kind="block", promise="residual", check=check_residual,
+    Property(name="residual", kind="block", promise="residual", check=check_residual, weights="fresh",
              summary="with zero sublayers the block is the identity"),
     Property(name="causal", cases=sequence_cases, kind="block", promise="causal", check=check_causal,
+             weights="trained", dtypes=LEAK_DTYPES,
              summary="outputs up to i ignore tokens after i"),
     Property(name="parallel", kind="block", check=check_parallel, when=lambda c: c.name == "parallel",
              summary="x + attn(norm1(x)) + ffn(norm2(x))"),

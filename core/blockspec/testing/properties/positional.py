@@ -196,7 +196,7 @@ POSITIONAL = (
              summary="flags match promises; embed/rotate/score_bias keep shapes, dtype, device"),
     Property(name="relative", kind="positional", promise="relative", check=check_relative,
              summary="PE(p+k) is a fixed linear map of PE(p); scores and biases depend on offsets only"),
-    Property(name="rotation_norms", kind="positional", promise="rotary", check=check_rotation_norms,
+    Property(name="rotation_norms", kind="positional", promise="norm_preserving", check=check_rotation_norms,
              summary="rotating q and k preserves their lengths (times attention_factor, if any)"),
     Property(name="partial_rotary", when=has_field("fraction"),
              kind="positional", promise="rotary", check=check_partial_rotary,
