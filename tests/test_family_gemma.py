@@ -151,7 +151,7 @@ OLMO2 = {**GEMMA, "architectures": ["Olmo2ForCausalLM"]}
     (GEMMA, {"hidden_act": "relu"}, "$.hidden_act", "unsupported activation 'relu'"),
     (GEMMA, {"hidden_activation": "gelu"}, "$.hidden_activation", "transformers before 5.0"),
     (GEMMA, {"use_bidirectional_attention": True}, "$.use_bidirectional_attention", "bidirectional"),
-    (GEMMA, {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "$.rope_scaling.rope_type", "'linear'"),
+    (GEMMA, {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "$.rope_scaling.rope_type", "'longrope'"),
     (GEMMA, {"partial_rotary_factor": 0.5}, "$.partial_rotary_factor", "partial RoPE"),
     (GEMMA, {"query_pre_attn_scalar": 16}, "$.query_pre_attn_scalar", "unknown Gemma config key"),
     (GEMMA2, {"layer_types": ["full_attention"]}, "$.layer_types", "expected 2 entries"),

@@ -13,36 +13,17 @@ from pathlib import Path
 import pytest
 
 from blockspec.testing.runner import DEFAULT_MAX_EXAMPLES
-from tests.verify.corpus import DTYPES, KIND_MODULES, MUTANTS, RELATIVE_ATTENTION, UNUSUAL, entries
+from tests.verify.corpus import KIND_MODULES, MUTANTS, UNUSUAL, entries
 from tests.verify.corpus import mutants, unusual
 from tests.verify.corpus.__main__ import main as score_main
 from tests.verify.corpus.score import component, judge_correct, judge_mutant, load_corpus
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "conformance-kit.md"
-_DTYPES = f"no {DTYPES!r} property yet: half-precision inputs are never drawn (issue 15 item 3)"
-_PERTURBED = "only fresh parameters are checked; perturbed ones would show it (issue 15 item 2)"
-_LOCALITY = "elementwise checks only that permuting features commutes; locality would show it (issue 15 item 4)"
 
-MISSED = {  # mutant -> why today's kit misses it
-    "positional:rope_upcast": _DTYPES,
-    "norm:rmsnorm_never_cast_back": _DTYPES,
-    "activation:silu_never_cast_back": _DTYPES,
-    "head:lm_wide_logits": _DTYPES,
-    "ffn:moe_wide_weights": _DTYPES,
-    "positional:bucketed_sum": _PERTURBED,
-    "norm:layernorm_scale_first": _PERTURBED,
-    "activation:softmax_swish": _LOCALITY,
-    "activation:squared_relu_token_rms": _LOCALITY,
-    "positional:alibi_clamped_64": "start is never drawn past 3·context_length = 48 (issue 15 items 1 and 4)",
-    "attention:rotary_v": (f"no {RELATIVE_ATTENTION!r} attention property (with a relative encoder, outputs do not "
-                           "depend on start); no helper of issue 15 adds one"),
+MISSED: dict[str, str] = {  # mutant -> why today's kit misses it (none: the score is 100%)
 }
 
-FALSE_POSITIVES = {  # correct component -> why today's kit fails it
-    "positional:xpos": "rotation_norms holds every rotary encoder to norm preservation (issue 15 item 6: "
-                       "a norm_preserving promise of its own)",
-    "activation:learned_swish": "model_parameters' closed form has no activation term (issue 15 item 6)",
-    "block:layer_drop": "the whole-model checks run the model in training mode, where LayerDrop is random",
+FALSE_POSITIVES: dict[str, str] = {  # correct component -> why today's kit fails it (none)
 }
 
 

@@ -32,9 +32,9 @@ MODEL_CACHE = "model_cache"
 # Properties that issue 15 adds to the kit, under the names the mutants expect: renamed here in one
 # place if they land under others. DTYPES: half-precision inputs keep their dtype (item 3).
 DTYPES = "dtypes"
-# Proposed, and added by no helper of issue 15 yet: with a relative encoder (rope, ALiBi) an attention's
-# outputs do not depend on where the positions start. Nothing else sees rotary applied to v.
-RELATIVE_ATTENTION = "relative"
+# With a relative encoder (RoPE) an attention's outputs do not depend on where the positions start: the only
+# property that sees rotary applied to v.
+RELATIVE_ATTENTION = "relative_attention"
 
 
 @frozen(kw_only=True)

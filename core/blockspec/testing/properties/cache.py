@@ -208,6 +208,20 @@ def check_cache_attention(component: Component, case: CacheCase, device: str) ->
                      f"({case.encoder} encoder) vs one uncached call", **tolerance(case))
 
 
+def check_relative_attention(component: Component, case: CacheCase, device: str) -> None:
+    """With a relative encoder (the reference RoPE), attention depends on offsets only: the same tokens at
+    positions start.. give the outputs they give at 0.. (rotating v, or positions leaking in otherwise, fails)."""
+    module = build_isolated(component, case, device=device).module
+    perturb(module, case.seed)
+    encoder = ReferenceEncoder(case.model.n_heads, rotates=True, biases=False, dtype=dtype_of(case)).to(device)
+    x = normal(case, case.batch, case.length, case.model.d_model, device=device)  # (B, T, d)
+    start = case.length + case.seed % 97  # anywhere past the first call's positions
+    with torch.no_grad():
+        at_zero, shifted = module(x, encoder, 0), module(x, encoder, start)
+    assert_close(shifted, at_zero, f"attention outputs at positions {start}.. vs the same tokens at 0.. (RoPE "
+                 "encoder: scores depend on offsets only)", **tolerance(case))
+
+
 # ---- a whole model, as generation runs it ----
 
 def check_model_cache(component: Component, case: CacheCase, device: str) -> None:
@@ -234,6 +248,8 @@ CACHE = (
              summary="each hook per prefix and chunk at its start = rows of one call at 0; score_bias(n_q, n_k)"),
     Property(name="cache_attention", kind="attention", promise="causal", check=check_cache_attention,
              cases=_near_cases, summary="decoded through a LayerCache in chunks = one uncached call"),
+    Property(name="relative_attention", kind="attention", check=check_relative_attention, cases=_near_cases,
+             summary="with a relative (RoPE) encoder, outputs at positions start.. = outputs at 0.."),
 )
 
 MODEL_CACHE = tuple(  # one per kind that decodes, so other kinds' tables show no column for it

@@ -18,13 +18,16 @@ from blockspec.testing.properties.base import (
 
 
 def solo_model(component: Component, case: Case, device: str, *, meta: bool = False):
-    """The component in its slot, reference partners elsewhere; perturbed as trained when the case says so."""
+    """The component in its slot, reference partners elsewhere; perturbed as trained when the case says so.
+
+    In eval mode, as inference runs it: training-mode randomness (dropout, LayerDrop) would make two forward
+    passes of a correct model differ, and every whole-model check compares two passes."""
     spec, registry = solo_spec(component, case.config, case.model)
     model = build(spec, registry=registry, seed=case.seed, device="meta" if meta else device,
                   dtype=getattr(torch, case.dtype))
     if case.trained and not meta:
         perturb(model, case.seed)
-    return model
+    return model.eval()
 
 
 def token_ids(case: Case, device: str, offset: int = 0) -> torch.Tensor:
