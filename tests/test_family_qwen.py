@@ -176,7 +176,7 @@ def test_mistral_window_absent_is_the_config_default_and_null_is_none(keys, wind
     ("Qwen2", {"use_sliding_window": True, "layer_types": ["sliding_attention"] * 3}, "layer_types", "3 entries"),
     ("Qwen2", {"layer_types": ["chunked_attention"] * 24}, "layer_types", "unsupported layer type"),
     ("Qwen2", {"layer_types": ["sliding_attention"] * 24}, "layer_types", "without a window"),
-    ("Qwen3", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling.rope_type", "'yarn'"),
+    ("Qwen3", {"rope_scaling": {"rope_type": "longrope", "factor": 4.0}}, "rope_scaling.rope_type", "'longrope'"),
     ("Qwen3", {"attention_bias": "no"}, "attention_bias", "expected bool"),
     ("Starcoder2", {"norm_type": "rms_norm"}, "norm_type", "builds only 'layer_norm'"),
     ("Starcoder2", {"mlp_type": "gated"}, "mlp_type", "builds only 'default'"),

@@ -54,4 +54,5 @@ def build(config: ShiftedRopeConfig, ctx: BuildContext) -> PositionalEncoding:
 
 @hookimpl
 def blockspec_register(register) -> None:
-    register("positional", "shifted_rope", ShiftedRopeConfig, build, promises=("rotary", "relative", "unbounded"))
+    register("positional", "shifted_rope", ShiftedRopeConfig, build,
+             promises=("rotary", "norm_preserving", "relative", "unbounded"))
