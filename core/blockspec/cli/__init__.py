@@ -14,6 +14,7 @@ from blockspec.errors import BlockspecError
 from blockspec.cli.common import print_error
 from blockspec.cli import (
     check_cmd,
+    data_cmd,
     doctor_cmd,
     explore_cmd,
     export_cmd,
@@ -22,13 +23,14 @@ from blockspec.cli import (
     import_cmd,
     list_cmd,
     show_cmd,
+    tokenizer_cmd,
     trace_cmd,
     train_cmd,
     verify_cmd,
 )
 
 COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
-            export_weights_cmd, doctor_cmd, train_cmd, generate_cmd)
+            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

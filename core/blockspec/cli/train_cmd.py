@@ -1,4 +1,4 @@
-"""`blockspec train`: train a spec on a text file, character by character; torchrun-aware."""
+"""`blockspec train`: train a spec on a text file (characters) or a prepared dataset (any tokenizer); torchrun-aware."""
 
 from __future__ import annotations
 
@@ -24,10 +24,12 @@ FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("train", help="train a spec on a text file (character level)")
+    parser = subparsers.add_parser("train", help="train a spec on a text file (characters) or a prepared dataset")
     parser.add_argument("spec", metavar="SPEC", help="TOML spec file; a checkpoint or Hugging Face directory "
                         "to fine-tune from its weights (and its tokenizer, if it has one)")
-    parser.add_argument("--data", required=True, metavar="FILE", help="UTF-8 text; first 90%% train, last 10%% validation")
+    parser.add_argument("--data", required=True, metavar="FILE|DIR",
+                        help="UTF-8 text (characters; first 90%% train, last 10%% validation), or a directory "
+                             "written by blockspec data prepare (its tokens and tokenizer)")
     parser.add_argument("--steps", type=non_negative_int, metavar="N",
                         help="train up to step N in total (default 600)")
     parser.add_argument("--batch-size", type=positive_int, metavar="B",
@@ -94,7 +96,6 @@ def _preflight(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace, world) -> int:
     from blockspec.assembly.assemble import build
     from blockspec.train.checkpointing import load_checkpoint
-    from blockspec.train.data import CharDataset
     from blockspec.train.loop import Trainer, check_lm_head
     from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
 
@@ -108,13 +109,26 @@ def _train(args: argparse.Namespace, world) -> int:
     kind = source_kind(args.spec)
     weights = kind != "spec" and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
     tokenizer = resume.tokenizer if resume else _tokenizer_of(args.spec) if kind == "checkpoint" else None
-    data = CharDataset.from_file(args.data, tokenizer)
+    data = _dataset(args, tokenizer)
     data.check_fits(spec.model.vocab_size, spec.model.context_length)
     config = _config(args, resume)
     model = load_model(args.spec, registry) if weights else build(spec, registry=registry, seed=config.seed)
     _set_threads(args.threads, model, world)
     trainer = Trainer(model, data, config, world=world, strategy="fsdp" if args.fsdp else "ddp", resume=resume)
     return _Session(args, trainer).run()
+
+
+def _dataset(args: argparse.Namespace, tokenizer):
+    """A prepared directory (its tokenizer must be the model's, if the model has one), else a text file."""
+    from blockspec.train.data import CharDataset
+    from blockspec.train.prepared import PreparedDataset
+
+    if not Path(args.data).is_dir():
+        return CharDataset.from_file(args.data, tokenizer)
+    data = PreparedDataset(args.data)
+    if tokenizer is not None:
+        data.check_tokenizer(tokenizer, source=args.resume or args.spec)
+    return data
 
 
 def _tokenizer_of(source: str):

@@ -5,7 +5,7 @@ directory write, sha256 manifest, safetensors only), so a training checkpoint is
 ordinary blockspec checkpoint (``trace``, ``export`` and ``blockspec.load`` read it). Three
 extra files travel in the same atomic write and are verified against the same manifest:
 
-- ``tokenizer.json``: the characters;
+- ``tokenizer.json``: the characters, or the Hugging Face tokenizer.json (BPE) the run trained with;
 - ``optimizer.safetensors``: AdamW's moments and step per parameter *name*, and the CPU RNG;
 - ``training.json``: step, settings, loss history and AdamW's param groups.
 
@@ -34,7 +34,8 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
 from blockspec.interop.hf_dir import CARRIED_PREFIX
-from blockspec.train.tokenizer import CharTokenizer, HFTokenizer, Tokenizer, TokenizerError
+from blockspec.train.tokenizer import (CharTokenizer, HFTokenizer, Tokenizer, TokenizerError, tokenizer_bytes,
+                                      tokenizer_from_bytes)
 from blockspec.checkpoint.weights import tied_aliases
 from blockspec.train.state import load_model_state
 
@@ -88,7 +89,7 @@ class Checkpoint:
     """Everything a training checkpoint holds, as plain tensors and data (no modules)."""
 
     spec: ModelSpec
-    tokenizer: CharTokenizer
+    tokenizer: CharTokenizer | HFTokenizer
     model_state: dict[str, torch.Tensor]  # unique tensors: no tied aliases
     optimizer_state: dict[str, Any]  # {"state": {name: {key: tensor}}, "param_groups": [{..., "params": [name]}]}
     rng_state: torch.Tensor | None
@@ -113,7 +114,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry
         tensors["rng/cpu"] = checkpoint.rng_state
     training = {"format": FORMAT, "version": VERSION, **checkpoint.training, "param_groups": groups}
     files = {
-        TOKENIZER_FILE: json.dumps(checkpoint.tokenizer.to_dict()).encode("utf-8"),
+        TOKENIZER_FILE: tokenizer_bytes(checkpoint.tokenizer),
         OPTIMIZER_FILE: save_tensors(_contiguous(tensors), metadata={"format": "pt"}),
         TRAINING_FILE: json.dumps(training, indent=1).encode("utf-8"),
     }
@@ -196,11 +197,12 @@ def carried_tokenizer(path: str | Path) -> Tokenizer | None:
     return None
 
 
-def read_tokenizer(path: str | Path) -> CharTokenizer:
+def read_tokenizer(path: str | Path) -> CharTokenizer | HFTokenizer:
+    """A training checkpoint's own tokenizer: characters, or the BPE tokenizer.json it trained with."""
     try:
-        return CharTokenizer.from_dict(_json(path, TOKENIZER_FILE))
+        return tokenizer_from_bytes(_extra(path, TOKENIZER_FILE), source=f"{path}/{TOKENIZER_FILE}")
     except TokenizerError as error:
-        raise CheckpointError(f"{path}: {TOKENIZER_FILE}: {error}") from None
+        raise CheckpointError(str(error)) from None
 
 
 def _extra(path: str | Path, name: str) -> bytes:

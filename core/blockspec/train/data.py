@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from blockspec.errors import BlockspecError
-from blockspec.train.tokenizer import CharTokenizer, TokenizerError
+from blockspec.train.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
 
@@ -26,6 +27,16 @@ def batch_seed(seed: int, stream: str, index: int) -> int:
     """A stable 63-bit seed for batch ``index`` of ``stream`` ("train", "eval-val", ...)."""
     digest = hashlib.blake2b(f"{seed}:{stream}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
+
+
+class Dataset(Protocol):
+    """What the trainer draws batches from: a text's characters (CharDataset) or a prepared directory."""
+
+    tokenizer: CharTokenizer | HFTokenizer
+
+    def check_fits(self, vocab_size: int, context_length: int) -> None: ...
+
+    def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class CharDataset:

@@ -21,7 +21,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
 from blockspec.spec.validators import Check
 from blockspec.train.checkpointing import Checkpoint
-from blockspec.train.data import CharDataset, batch_seed
+from blockspec.train.data import Dataset, batch_seed
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
 from blockspec.train.state import load_model_state, load_optimizer_state, model_state, optimizer_state
@@ -117,7 +117,7 @@ def auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
 class Trainer:
     """Owns the (possibly wrapped) model, its AdamW optimizer and the step count."""
 
-    def __init__(self, model: Transformer, data: CharDataset, config: TrainConfig, *, world: World = World(),
+    def __init__(self, model: Transformer, data: Dataset, config: TrainConfig, *, world: World = World(),
                  strategy: Strategy = "ddp", resume: Checkpoint | None = None) -> None:
         check_lm_head(getattr(model, "provenance", {}).get("head"), source=model.spec.model.name)
         self.data, self.config, self.world = data, config, world

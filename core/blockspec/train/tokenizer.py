@@ -7,7 +7,9 @@ Torch-free on purpose.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from attrs import field, frozen
@@ -132,7 +134,16 @@ class HFTokenizer:
             self._backend = Backend.from_str(data.decode("utf-8"))
         except (UnicodeDecodeError, Exception) as error:  # tokenizers raises a bare Exception for bad JSON
             raise TokenizerError(f"{source}: not a Hugging Face tokenizer: {str(error).splitlines()[0]:.200}") from None
+        self.data, self.source = data, source  # kept verbatim: a checkpoint carries it, meta.json hashes it
         self.vocab_size: int = self._backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Many texts at once: the library spreads them over its threads."""
+        return [encoding.ids for encoding in self._backend.encode_batch(texts, add_special_tokens=False)]
 
     def encode(self, text: str) -> list[int]:
         return self._backend.encode(text, add_special_tokens=False).ids
@@ -142,6 +153,51 @@ class HFTokenizer:
 
     def describe(self) -> str:
         return f"Hugging Face tokenizer.json ({self.vocab_size} tokens)"
+
+
+def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") -> HFTokenizer:
+    """A byte-level BPE (GPT-2's kind: any text encodes, nothing is unknown) learnt from ``texts``.
+
+    ``vocab_size`` counts the 256 byte tokens, so it must be at least 256.
+    """
+    if vocab_size < BYTE_VOCAB:
+        raise TokenizerError(f"vocab_size: a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
+                             f"found {vocab_size}; use --vocab-size {BYTE_VOCAB} or more")
+    library = _tokenizers(source)
+    backend = library.Tokenizer(library.models.BPE())
+    backend.pre_tokenizer = library.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = library.decoders.ByteLevel()
+    trainer = library.trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=[],
+                                          initial_alphabet=library.pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(texts, trainer)
+    return HFTokenizer(backend.to_str().encode("utf-8"), source=source)
+
+
+def _tokenizers(source: str):
+    try:
+        import tokenizers
+    except ImportError:
+        raise TokenizerError(f"{source}: a BPE tokenizer needs the 'tokenizers' package: "
+                             "pip install 'blockspec[hf]'") from None
+    return tokenizers
+
+
+def tokenizer_bytes(tokenizer: CharTokenizer | HFTokenizer) -> bytes:
+    """What a checkpoint's tokenizer.json holds: the characters, or the Hugging Face tokenizer.json itself."""
+    if isinstance(tokenizer, HFTokenizer):
+        return tokenizer.data
+    return json.dumps(tokenizer.to_dict()).encode("utf-8")
+
+
+def tokenizer_from_bytes(data: bytes, *, source: str) -> CharTokenizer | HFTokenizer:
+    """The inverse of ``tokenizer_bytes``: {"type": "char", ...} is characters, anything else Hugging Face's."""
+    try:
+        document = json.loads(data)
+    except ValueError as error:
+        raise TokenizerError(f"{source}: not valid JSON: {error}") from None
+    if isinstance(document, dict) and document.get("type") == "char":
+        return CharTokenizer.from_dict(document)
+    return HFTokenizer(data, source=source)
 
 
 def tokenizer_for(vocab_size: int) -> Tokenizer:

@@ -1,0 +1,52 @@
+"""`blockspec data prepare`: tokenise text files once into memory-mappable train and validation arrays."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.cli.common import add_json_argument, emit_json, flag_names
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("data", help="prepare a tokenised dataset for `blockspec train --data DIR`")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    prepare = actions.add_parser("prepare", help="tokenise text files into train.bin, val.bin and meta.json")
+    prepare.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files (first 90%% of the tokens "
+                         "train, the last 10%% validation)")
+    prepare.add_argument("--tokenizer", required=True, metavar="DIR",
+                         help="a directory with tokenizer.json (blockspec tokenizer train, a Hugging Face model), "
+                              "a blockspec checkpoint carrying one, or 'char' (the text's own characters)")
+    prepare.add_argument("--out", required=True, metavar="DIR", help="directory to write")
+    prepare.add_argument("--force", action="store_true", help="replace --out if it exists")
+    prepare.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_json_argument(prepare, "meta.json")
+    prepare.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blockspec.train.prepared import prepare, resolve_tokenizer
+    from blockspec.train.textfiles import check_text_files
+
+    with flag_names({"overwrite=True": "--force"}):
+        check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
+    tokenizer = resolve_tokenizer(args.tokenizer)
+    total = check_text_files(args.files)
+    with _bar(total, enabled=not (args.quiet or args.json)) as bar:
+        meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.update)
+    if args.json:
+        emit_json(meta)
+    else:
+        tokens = meta["tokens"]
+        print(f"wrote {args.out}: {tokens['train']:,} train and {tokens['val']:,} validation tokens "
+              f"({meta['dtype']}, {meta['vocab_size']} tokens in the vocabulary)")
+    return 0
+
+
+def _bar(total: int, *, enabled: bool):
+    """Bytes of text read so far, on stderr, when it is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, file=sys.stderr, leave=False, desc="tokenising",
+                disable=not (enabled and sys.stderr.isatty()))

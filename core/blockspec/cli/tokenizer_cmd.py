@@ -1,0 +1,45 @@
+"""`blockspec tokenizer train`: learn a byte-level BPE tokenizer.json from text files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.cli.common import add_json_argument, emit_json, flag_names, positive_int
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("tokenizer", help="train a subword tokenizer (byte-level BPE)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    train = actions.add_parser("train", help="learn a byte-level BPE tokenizer.json from UTF-8 text files")
+    train.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files to learn from")
+    train.add_argument("--vocab-size", type=positive_int, required=True, metavar="N",
+                       help="tokens in all, the 256 bytes included (at least 256)")
+    train.add_argument("--out", required=True, metavar="DIR", help="directory to write tokenizer.json in")
+    train.add_argument("--force", action="store_true", help="replace --out if it exists")
+    add_json_argument(train, "a JSON summary")
+    train.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blockspec.train.textfiles import check_text_files, chunks
+    from blockspec.train.tokenizer import train_bpe
+
+    with flag_names({"overwrite=True": "--force"}):
+        check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=args.files)
+    check_text_files(args.files)
+    texts = (text for path in args.files for text in chunks(path))
+    tokenizer = train_bpe(texts, args.vocab_size, source=args.files[0])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TOKENIZER_FILE).write_bytes(tokenizer.data)
+    summary = {"tokenizer": str(out / TOKENIZER_FILE), "vocab_size": tokenizer.vocab_size,
+               "sha256": tokenizer.sha256}
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"wrote {summary['tokenizer']}: byte-level BPE, {tokenizer.vocab_size} tokens")
+    return 0

@@ -1,0 +1,274 @@
+"""Prepared datasets: a corpus tokenised once into raw uint16/uint32 arrays that training memory-maps.
+
+``prepare`` streams the text in pieces (constant memory, whatever the corpus size), appends every
+token to ``train.bin``, then moves the last 10% to ``val.bin``: the same 90/10 split as
+``CharDataset``. ``meta.json`` records the tokenizer's sha256, so data and tokenizer cannot be
+mixed up silently; the tokenizer itself is copied beside the arrays.
+
+``PreparedDataset.batch`` draws windows exactly as ``CharDataset.batch`` does (same generator,
+same offsets), so a batch is still a pure function of (seed, stream, index).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import torch
+from attrs import frozen
+
+from blockspec.checkpoint.outputs import MANIFEST_FILE
+from blockspec.spec.documents import structure_document
+from blockspec.spec.validators import Check
+from blockspec.train.checkpointing import carried_tokenizer
+from blockspec.train.data import TRAIN_FRACTION, DataError
+from blockspec.train.textfiles import check_text_files, chunks
+from blockspec.train.tokenizer import (CharTokenizer, HFTokenizer, TokenizerError, tokenizer_bytes,
+                                       tokenizer_from_bytes)
+
+FORMAT = "blockspec-prepared-data"
+VERSION = 1
+META_FILE = "meta.json"
+TOKENIZER_FILE = "tokenizer.json"
+SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
+CHAR = "char"  # --tokenizer char: the sorted characters of the text, as `train FILE` uses
+BATCH_CHUNKS = 8  # pieces encoded together (the tokenizers library spreads them over its threads)
+COPY_TOKENS = 1 << 22
+
+AnyTokenizer = CharTokenizer | HFTokenizer
+
+
+def tokenizer_sha256(tokenizer: AnyTokenizer) -> str:
+    return hashlib.sha256(tokenizer_bytes(tokenizer)).hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 while every id fits (65,536 tokens), else uint32: half the disk and page cache when it can."""
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+
+
+# ---------------------------------------------------------------- where a tokenizer comes from
+
+
+def resolve_tokenizer(source: str) -> AnyTokenizer | None:
+    """``--tokenizer``: a tokenizer or Hugging Face directory (its tokenizer.json), a checkpoint (the one it
+    carries), or "char" (None: made from the text's own characters)."""
+    if source == CHAR:
+        return None
+    path = Path(source)
+    if (path / MANIFEST_FILE).is_file():
+        tokenizer = carried_tokenizer(path)
+        if tokenizer is None:
+            raise TokenizerError(f"{source}: this checkpoint carries no tokenizer; give a tokenizer directory "
+                                 "(blockspec tokenizer train) or 'char'")
+        return tokenizer
+    if (path / TOKENIZER_FILE).is_file():
+        return tokenizer_from_bytes((path / TOKENIZER_FILE).read_bytes(), source=str(path / TOKENIZER_FILE))
+    raise TokenizerError(f"{source}: expected a directory holding tokenizer.json (blockspec tokenizer train's "
+                         "output, a Hugging Face model), a blockspec checkpoint, or 'char'; found "
+                         + ("a directory without tokenizer.json" if path.is_dir() else "no such directory"))
+
+
+def char_tokenizer(paths: Sequence[str | Path]) -> CharTokenizer:
+    """The sorted set of the characters of every file, read piece by piece."""
+    seen: set[str] = set()
+    for path in paths:
+        for text in chunks(path):
+            seen.update(text)
+    return CharTokenizer("".join(sorted(seen)))
+
+
+# ---------------------------------------------------------------- writing
+
+
+def prepare(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: str | Path, *,
+            overwrite: bool = False, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Tokenise ``paths`` into ``out`` (train.bin, val.bin, tokenizer.json, meta.json); returns meta.json.
+
+    Written in a sibling folder first and renamed at the end, so ``out`` is never half-written.
+    ``progress`` is told how many bytes of text each piece held.
+    """
+    check_text_files(paths)
+    tokenizer = tokenizer or char_tokenizer(paths)
+    target = Path(out)
+    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        meta = _write(paths, tokenizer, partial, progress)
+        _replace(partial, target, overwrite)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return meta
+
+
+def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
+           progress: Callable[[int], None] | None) -> dict[str, Any]:
+    dtype = token_dtype(tokenizer.vocab_size)
+    with (folder / SPLIT_FILES["train"]).open("wb") as stream:
+        for ids in _encoded(paths, tokenizer, progress):
+            np.asarray(ids, dtype=dtype).tofile(stream)
+    counts = _split(folder, dtype)
+    (folder / TOKENIZER_FILE).write_bytes(tokenizer_bytes(tokenizer))
+    meta = {"format": FORMAT, "version": VERSION, "tokenizer_sha256": tokenizer_sha256(tokenizer),
+            "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
+            "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths]}
+    (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    return meta
+
+
+def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
+             progress: Callable[[int], None] | None) -> Iterator[list[int]]:
+    """Token ids, a group of pieces at a time (constant memory)."""
+    group: list[str] = []
+    for path in paths:
+        for text in chunks(path):
+            group.append(text)
+            if len(group) == BATCH_CHUNKS:
+                yield from _encode_group(tokenizer, group, progress)
+                group = []
+    yield from _encode_group(tokenizer, group, progress)
+
+
+def _encode_group(tokenizer: AnyTokenizer, texts: list[str],
+                  progress: Callable[[int], None] | None) -> Iterator[list[int]]:
+    many = tokenizer.encode_batch(texts) if isinstance(tokenizer, HFTokenizer) else map(tokenizer.encode, texts)
+    for text, ids in zip(texts, many):
+        yield ids
+        if progress is not None:
+            progress(len(text.encode("utf-8")))
+
+
+def _split(folder: Path, dtype: np.dtype) -> dict[str, int]:
+    """Move the last 10% of train.bin's tokens to val.bin, a few MiB at a time."""
+    train = folder / SPLIT_FILES["train"]
+    total = train.stat().st_size // dtype.itemsize
+    cut = int(total * TRAIN_FRACTION)
+    with train.open("rb") as source, (folder / SPLIT_FILES["val"]).open("wb") as val:
+        source.seek(cut * dtype.itemsize)
+        while block := source.read(COPY_TOKENS * dtype.itemsize):
+            val.write(block)
+    os.truncate(train, cut * dtype.itemsize)
+    return {"train": cut, "val": total - cut}
+
+
+def _replace(partial: Path, target: Path, overwrite: bool) -> None:
+    if target.exists():
+        if any(target.iterdir()) and not overwrite:
+            raise DataError(f"{target}: already exists; pass --force to replace it")
+        shutil.rmtree(target)
+    partial.rename(target)
+
+
+# ---------------------------------------------------------------- reading
+
+# Module-level aliases: a lambda inside a class's (string) annotation cannot see this module's names.
+Count = Annotated[int, Check(lambda n: n >= 0, "a token count >= 0")]
+FormatName = Annotated[str, Check(lambda text: text == FORMAT, repr(FORMAT))]
+FormatVersion = Annotated[int, Check(lambda v: v == VERSION, f"{VERSION} (this blockspec reads version {VERSION})")]
+VocabSize = Annotated[int, Check(lambda n: n >= 1, "a positive vocabulary size")]
+DtypeName = Annotated[str, Check(lambda name: name in ("uint16", "uint32"), "'uint16' or 'uint32'")]
+
+
+@frozen(kw_only=True)
+class SplitCounts:
+    train: Count
+    val: Count
+
+
+@frozen(kw_only=True)
+class MetaDocument:
+    """meta.json, checked field by field when a dataset is opened."""
+
+    format: FormatName
+    version: FormatVersion
+    tokenizer_sha256: str
+    tokenizer: str
+    vocab_size: VocabSize
+    dtype: DtypeName
+    train_fraction: float
+    tokens: SplitCounts
+    sources: list[str]
+
+
+class PreparedDataset:
+    """The memory-mapped splits of a prepared directory and its tokenizer; batches as ``CharDataset``'s."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.source = str(directory)
+        self.meta = _read_meta(Path(directory))
+        self.tokenizer = _read_tokenizer(Path(directory), self.meta)
+        self.splits = {split: _memmap(Path(directory), split, self.meta) for split in SPLIT_FILES}
+
+    def check_tokenizer(self, tokenizer: AnyTokenizer, *, source: str) -> None:
+        """Refuse a model whose tokenizer (a checkpoint's) is not the one the data was tokenised with."""
+        if tokenizer_sha256(tokenizer) != self.meta.tokenizer_sha256:
+            raise DataError(f"{self.source}: was tokenised with another tokenizer than {source}'s "
+                            f"({self.meta.tokenizer}, sha256 {self.meta.tokenizer_sha256[:12]}, vs "
+                            f"{tokenizer.describe()}, sha256 {tokenizer_sha256(tokenizer)[:12]}); "
+                            f"prepare the data again with --tokenizer {source}")
+
+    def check_fits(self, vocab_size: int, context_length: int) -> None:
+        """Refuse a vocabulary smaller than the tokenizer's, or a split too short for one window."""
+        if self.tokenizer.vocab_size > vocab_size:
+            raise DataError(f"{self.source}: its tokenizer has {self.tokenizer.vocab_size} tokens, but the spec's "
+                            f"$.model.vocab_size is {vocab_size}; set vocab_size = {self.tokenizer.vocab_size} "
+                            "(or more)")
+        for name, ids in self.splits.items():
+            if len(ids) <= context_length:
+                raise DataError(f"{self.source}: the {name} split has {len(ids)} tokens, but one window of "
+                                f"$.model.context_length = {context_length} needs {context_length + 1}; "
+                                "prepare more text")
+
+    def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``size`` random windows: inputs x and next-token targets y, (size, length) each."""
+        ids = self.splits[split]
+        generator = torch.Generator().manual_seed(seed)
+        offsets = torch.randint(0, len(ids) - length, (size,), generator=generator)  # (B,)
+        windows = np.stack([ids[o : o + length + 1] for o in offsets.tolist()]).astype(np.int64)  # (B, T + 1)
+        windows = torch.from_numpy(windows)
+        return windows[:, :-1], windows[:, 1:]
+
+
+def _read_meta(directory: Path) -> MetaDocument:
+    path = directory / META_FILE
+    if not path.is_file():
+        raise DataError(f"{directory}: has no {META_FILE}; expected a directory written by blockspec data prepare")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise DataError(f"{path}: not valid JSON: {error}") from None
+    return structure_document(data, MetaDocument, file=str(path), error=DataError)
+
+
+def _read_tokenizer(directory: Path, meta: MetaDocument) -> AnyTokenizer:
+    path = directory / TOKENIZER_FILE
+    if not path.is_file():
+        raise DataError(f"{directory}: has no {TOKENIZER_FILE}; prepare the data again (blockspec data prepare)")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != meta.tokenizer_sha256:
+        raise DataError(f"{path}: is not the tokenizer the data was prepared with (its sha256 differs from "
+                        f"{META_FILE}'s tokenizer_sha256); prepare the data again with this tokenizer")
+    try:
+        return tokenizer_from_bytes(data, source=str(path))
+    except TokenizerError as error:
+        raise DataError(str(error)) from None
+
+
+def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:
+    path, dtype = directory / SPLIT_FILES[split], np.dtype(meta.dtype)
+    expected = getattr(meta.tokens, split)
+    size = path.stat().st_size if path.is_file() else None
+    if size != expected * dtype.itemsize:
+        found = "no file" if size is None else f"{size} bytes"
+        raise DataError(f"{path}: expected {expected} {meta.dtype} tokens ({expected * dtype.itemsize} bytes, "
+                        f"per {META_FILE}), found {found}; prepare the data again")
+    if expected == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(expected,))

@@ -1,0 +1,64 @@
+"""UTF-8 text files read in pieces of about 1 MiB, so any size of corpus fits in constant memory.
+
+Torch-free: `blockspec tokenizer train` uses it without loading torch.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from blockspec.train.tokenizer import TokenizerError
+
+CHUNK_BYTES = 1 << 20
+
+
+class TextFileError(TokenizerError):
+    """A text file is missing, empty or not UTF-8."""
+
+
+def check_text_files(paths: Sequence[str | Path]) -> int:
+    """Refuse, before any work, a missing, empty or non-UTF-8 file (one line each); returns the total bytes."""
+    total = 0
+    for path in paths:
+        for _ in chunks(path):
+            pass
+        total += Path(path).stat().st_size
+    return total
+
+
+def chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
+    """The text of ``path`` in pieces of about ``size`` bytes that end at a line break where there is one."""
+    decoder, carry, offset = codecs.getincrementaldecoder("utf-8")(), "", 0
+    with _opened(path) as stream:
+        while block := stream.read(size):
+            text = carry + _decode(decoder, block, path, offset)
+            offset += len(block)
+            cut = text.rfind("\n") + 1 or (len(text) if len(text) >= size else 0)  # one huge line: cut anyway
+            carry = text[cut:]
+            if cut:
+                yield text[:cut]
+        tail = carry + _decode(decoder, b"", path, offset, final=True)
+    if not offset:
+        raise TextFileError(f"{path}: is empty; expected UTF-8 text to train on")
+    if tail:
+        yield tail
+
+
+def _opened(path: str | Path):
+    target = Path(path)
+    if target.is_dir():
+        raise TextFileError(f"{path}: is a directory; expected a UTF-8 text file")
+    try:
+        return target.open("rb")
+    except OSError as error:
+        raise TextFileError(f"{path}: cannot read it: {error.strerror or error}") from None
+
+
+def _decode(decoder, block: bytes, path: str | Path, offset: int, *, final: bool = False) -> str:
+    try:
+        return decoder.decode(block, final)
+    except UnicodeDecodeError as error:
+        raise TextFileError(f"{path}: is not UTF-8 text: byte {offset + error.start} is {block[error.start:error.start + 1]!r}"
+                            "; convert it to UTF-8 (e.g. iconv -t utf-8)") from None
