@@ -40,7 +40,12 @@ def subparsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def options(command: str) -> set[str]:
-    return {flag for action in subparsers()[command]._actions for flag in action.option_strings}
+    """The command's flags; a command with actions (`tokenizer train`): the flags every action has."""
+    parser = subparsers()[command]
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if nested:
+        return set.intersection(*({f for a in p._actions for f in a.option_strings} for p in nested[0].choices.values()))
+    return {flag for action in parser._actions for flag in action.option_strings}
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +82,8 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "train": ["train", folder / "micro.toml", "--data", folder / "play.txt", "--steps", "1", *FAST],
         "generate": ["generate", folder / "ckpt", "--prompt", "to", "--max-new-tokens", "0", "--device", "cpu"],
         "export": ["export", folder / "ckpt", "--weights-only", "--out", tmp / "shared"],
+        "tokenizer": ["tokenizer", "train", folder / "play.txt", "--vocab-size", "260", "--out", tmp / "tok"],
+        "data": ["data", "prepare", folder / "play.txt", "--tokenizer", "char", "--out", tmp / "data"],
     }
 
 
