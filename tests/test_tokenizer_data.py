@@ -9,7 +9,7 @@ import pytest
 
 from blockspec.cli import main
 from blockspec.train.data import CharDataset
-from blockspec.train.prepared import PreparedDataset, prepare
+from blockspec.train.prepared import PreparedDataset, prepare, resolve_tokenizer
 from blockspec.train.textfiles import chunks
 from blockspec.train.tokenizer import train_bpe
 
@@ -83,6 +83,8 @@ def test_train_on_prepared_data_resumes_and_generates_with_its_bpe(prepared, cap
     assert resumed["val_loss"] == whole["val_loss"]
     assert main(["generate", ckpt, "--prompt", "ROMEO:", "--max-new-tokens", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["text"].startswith("ROMEO:")
+    meta = prepare([prepared / "play.txt"], resolve_tokenizer(ckpt), prepared / "again")  # the checkpoint's BPE
+    assert meta["tokenizer_sha256"] == PreparedDataset(prepared / "data").meta.tokenizer_sha256
 
 
 def test_vocabulary_too_small_is_refused_with_the_number(prepared, tmp_path, capsys):
@@ -139,3 +141,10 @@ def test_too_small_a_bpe_and_a_missing_tokenizer_get_one_line(prepared, tmp_path
     assert main(["data", "prepare", str(prepared / "play.txt"), "--tokenizer", str(tmp_path / "empty"), "--out",
                  str(tmp_path / "d")]) == 2
     assert "expected a directory holding tokenizer.json" in error_line(capsys)
+
+
+def test_without_the_tokenizers_package_one_line_says_what_to_install(prepared, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "tokenizers", None)  # import tokenizers now fails
+    assert main(["tokenizer", "train", str(prepared / "play.txt"), "--vocab-size", "300", "--out",
+                 str(tmp_path / "t")]) == 2
+    assert "pip install 'blockspec[hf]'" in error_line(capsys)

@@ -38,7 +38,8 @@ META_FILE = "meta.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
 CHAR = "char"  # --tokenizer char: the sorted characters of the text, as `train FILE` uses
-BATCH_CHUNKS = 8  # pieces encoded together (the tokenizers library spreads them over its threads)
+BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
+PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
 
 AnyTokenizer = CharTokenizer | HFTokenizer
@@ -128,7 +129,7 @@ def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
     """Token ids, a group of pieces at a time (constant memory)."""
     group: list[str] = []
     for path in paths:
-        for text in chunks(path):
+        for text in chunks(path, PIECE_BYTES):
             group.append(text)
             if len(group) == BATCH_CHUNKS:
                 yield from _encode_group(tokenizer, group, progress)
