@@ -16,11 +16,13 @@ from blockspec.cli.common import (add_device_argument, add_json_argument, add_pl
                                   memory_limit, positive_float, positive_int, registry_with_warnings,
                                   resolve_device, thread_count)
 
+PRECISIONS = ("fp32", "bf16-mixed")  # as blockspec.train.loop.PRECISIONS, without importing torch here
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
-SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
+SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches", "warmup", "min_lr",
+            "grad_accum", "precision", "compile")
 # the library names settings and parameters; this command's user knows them as flags
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
-         "batch_size": "--batch-size", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
+         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
 
 
 def add_parser(subparsers) -> None:
@@ -33,7 +35,18 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--batch-size", type=positive_int, metavar="B",
                         help="windows per step over all processes (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
-    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
+    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD",
+                        help="AdamW weight decay of the weight matrices; never norms, biases or embeddings (default 0)")
+    parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS",
+                        help="linear learning-rate warm-up over the first STEPS steps (default 0)")
+    parser.add_argument("--min-lr", type=non_negative_float, metavar="LR", help="after warm-up, cosine decay of "
+                        "the learning rate down to LR at the last step (default: --lr, a constant rate)")
+    parser.add_argument("--grad-accum", type=positive_int, metavar="K", help="split each step's batch into K "
+                        "micro-batches and accumulate their gradients: less memory, same step (default 1)")
+    parser.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed: autocast to bfloat16 (float16 with "
+                        "loss scaling on a GPU without bfloat16); weights stay float32 (default fp32)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (the first steps pay for compiling; default: no)")
     parser.add_argument("--seed", type=seed_int, metavar="S", help="seed for weights and batches (default 0)")
     parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
                         help="validate every K steps; 0: at the end (default 100)")
@@ -136,8 +149,7 @@ def _config(args: argparse.Namespace, resume):
     from blockspec.train.loop import make_config
 
     base = resume.training["config"] if resume is not None else {}
-    flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-             "weight_decay": args.weight_decay, "eval_every": args.eval_every, "eval_batches": args.eval_batches}
+    flags = {name: getattr(args, name) for name in SETTINGS}
     return make_config({**base, **{k: v for k, v in flags.items() if v is not None}})
 
 
