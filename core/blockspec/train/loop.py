@@ -66,7 +66,8 @@ class TrainConfig:
     def __attrs_post_init__(self) -> None:
         errors = []
         if self.min_lr is not None and self.min_lr > self.lr:
-            errors.append(FieldError("min_lr", f"expected a number <= the learning rate ({self.lr}), found {self.min_lr}"))
+            errors.append(FieldError("min_lr", f"expected a number <= the learning rate ({self.lr}), "
+                                               f"found {self.min_lr}"))
         if self.batch_size % self.grad_accum:
             errors.append(FieldError("grad_accum", f"expected a divisor of batch_size ({self.batch_size}), "
                                                    f"found {self.grad_accum}"))
