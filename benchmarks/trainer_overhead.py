@@ -1,7 +1,7 @@
 """What the trainer itself costs: tokens/s of the library's training step (``Trainer.train_step``) against a
 minimal hand-written loop on the same model, batches and AdamW settings, timed interleaved in one run.
 
-    python benchmarks/trainer_overhead.py [SPEC ...] [--batch-size B] [--rounds R] [--precision P]
+    python benchmarks/trainer_overhead.py [SPEC ...] [--batch-size B] [--rounds R] [--precision P] [--threads N]
 
 Both sides draw batch k with ``batch_seed(seed, "train", k)`` from the same token stream, clip gradients at
 1.0 and step AdamW(lr 3e-3, betas (0.9, 0.99), no decay), each on its own copy of the model built with the same
@@ -59,14 +59,14 @@ class HandLoop:
         self.step += 1
 
 
-def measure(path: Path, batch_size: int, rounds: int, precision: str) -> dict[str, float]:
+def measure(path: Path, batch_size: int, rounds: int, precision: str, threads: int | None) -> dict[str, float]:
     spec = blockspec.load_spec(path)
     data = token_stream(spec.model.vocab_size)
     config = TrainConfig(steps=10**9, batch_size=batch_size, lr=LR, grad_clip=CLIP, seed=SEED, precision=precision)
     trainer = Trainer(blockspec.build(spec, seed=SEED), data, config)
     hand = HandLoop(spec, data, batch_size, precision)
     parameters = sum(p.numel() for p in hand.model.parameters())
-    torch.set_num_threads(1 if parameters < SMALL_MODEL else THREADS)
+    torch.set_num_threads(threads or (1 if parameters < SMALL_MODEL else THREADS))
     timings = interleave({"trainer": trainer.train_step, "hand": hand}, rounds=rounds, warmup=2, target_s=1.0)
     tokens = batch_size * spec.model.context_length
     return {"name": spec.model.name, "parameters": parameters, "threads": torch.get_num_threads(),
@@ -80,12 +80,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: as `blockspec train` picks)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, CPU, {args.precision}, batch {args.batch_size}, median of {args.rounds} "
           "interleaved rounds")
     print(f"{'spec':<18}{'params':>12}{'threads':>9}{'trainer tok/s':>15}{'hand tok/s':>12}{'ratio':>8}")
     for path in args.specs:
-        row = measure(path, args.batch_size, args.rounds, args.precision)
+        row = measure(path, args.batch_size, args.rounds, args.precision, args.threads)
         verdict = "ok" if row["ratio"] >= 0.95 else "BELOW 0.95"
         print(f"{row['name']:<18}{row['parameters']:>12,}{row['threads']:>9}{row['trainer']:>15,.0f}"
               f"{row['hand']:>12,.0f}{row['ratio']:>8.3f}  {verdict}", flush=True)

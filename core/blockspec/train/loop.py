@@ -188,6 +188,8 @@ class Trainer:
         whatever the number of pieces, so accumulation changes memory, not what is learned."""
         x, y = self.batch(split, stream, index)  # (B / size, T) each
         pieces = self.config.grad_accum
+        if pieces == 1:
+            return [(x, y)]
         if x.shape[0] % pieces:
             raise TrainConfigError(
                 f"batch_size {self.config.batch_size} over {self.world.size} processes gives {x.shape[0]} rows each, "
@@ -209,23 +211,28 @@ class Trainer:
     def train_step(self) -> float:
         """One AdamW step on the global batch of this step; returns its loss averaged over ranks."""
         started = time.perf_counter()
-        self.model.train()
+        if not self.raw.training:  # after an evaluation; the walk over every module costs on tiny models
+            self.model.train()
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.lr_at(self.step)
         self.optimizer.zero_grad(set_to_none=True)
         pieces = self.micro_batches("train", "train", self.step)
-        total = torch.zeros((), device=self.world.device)
-        for i, (x, y) in enumerate(pieces):
-            with no_gradient_sync(self.wrapped, skip=i < len(pieces) - 1):
-                loss = self.loss(x, y) / len(pieces)  # equal pieces: the mean of means is the batch's mean
-                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            total += loss.detach()
+        total = sum(self._accumulate(x, y, share=len(pieces), last=i == len(pieces) - 1)
+                    for i, (x, y) in enumerate(pieces))
         self._optimizer_step()
         self.step += 1
         value = self.world.mean(total)
         self.history.train.append(value)
         self.train_seconds += time.perf_counter() - started
         return value
+
+    def _accumulate(self, x: torch.Tensor, y: torch.Tensor, *, share: int, last: bool) -> torch.Tensor:
+        """Backward of one micro-batch's loss / ``share`` (equal pieces: the mean of means is the batch's mean)."""
+        with no_gradient_sync(self.wrapped, skip=not last):
+            loss = self.loss(x, y)
+            loss = loss / share if share > 1 else loss
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        return loss.detach()
 
     def _optimizer_step(self) -> None:
         if self.scaler is not None:
