@@ -173,7 +173,8 @@ def test_the_flags_are_saved_and_honoured_on_resume(files, capsys):
                  "--precision", "bf16-mixed", "--weight-decay", "0.1", "--out", str(files / "ckpt"), "--quiet") == 0
     capsys.readouterr()
     assert train(files, "--steps", "5", "--resume", str(files / "ckpt"), "--json") == 0
-    assert json.loads(capsys.readouterr().out)["tokens_per_s"] > 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tokens_per_s"] > 0 and "mfu" not in summary  # no measured peak on a CPU: no MFU
     training = json.loads((files / "ckpt" / "training.json").read_text())
     config = training["config"]
     assert (config["warmup"], config["min_lr"], config["grad_accum"], config["precision"]) == (2, 1e-4, 2, "bf16-mixed")
@@ -197,3 +198,15 @@ def test_bad_flags_are_one_line_naming_the_flag(files, capsys):
 def test_compile_trains_a_tiny_model_on_the_cpu_as_eager_does(registry, data):
     compiled = trainer(registry, data, compile=True, steps=2)
     assert compiled.run().train == pytest.approx(trainer(registry, data, steps=2).run().train, rel=1e-4)
+
+
+def test_flops_per_token_count_the_weights_once_and_the_tied_head_as_a_matmul(registry, data):
+    from blockspec.train.throughput import flops_per_token, measured_peak, utilisation
+
+    model = trainer(registry, data).raw
+    total = sum(p.numel() for p in model.parameters())
+    tables = model.embedding.weight.numel() + 16 * 32  # tokens, learned positions (context 16 × d 32)
+    expected = 6 * (total - tables + model.embedding.weight.numel()) + 12 * 2 * 32 * 16
+    assert flops_per_token(model, n_layers=2, d_model=32, context_length=16) == expected
+    assert measured_peak(torch.device("cpu")) is None and utilisation(1e3, expected, None) is None
+    assert utilisation(1e3, 1e6, 4e9) == 0.25

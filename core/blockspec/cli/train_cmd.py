@@ -165,6 +165,22 @@ def _set_threads(threads: int | None, model, world) -> None:
     torch.set_num_threads(max(threads, 1))
 
 
+def _flops(trainer) -> tuple[float, float | None]:
+    """Training FLOPs per token, and the matmul rate of all processes' devices, measured now on CUDA
+    (each rank times its own GPU; the rate is that times the world size); None elsewhere."""
+    import torch
+
+    from blockspec.train.optim import half_dtype
+    from blockspec.train.throughput import flops_per_token, measured_peak
+
+    model, device = trainer.spec.model, trainer.world.device
+    per_token = flops_per_token(trainer.raw, n_layers=model.n_layers, d_model=model.d_model,
+                                context_length=model.context_length)
+    dtype = half_dtype(device) if trainer.config.precision == "bf16-mixed" else torch.float32
+    peak = measured_peak(device, dtype)
+    return per_token, peak * trainer.world.size if peak else None
+
+
 class _Session:
     """What one `blockspec train` invocation shows and writes around the trainer's loop."""
 
@@ -174,8 +190,9 @@ class _Session:
         self.args, self.trainer, self.world = args, trainer, trainer.world
         self.talk = self.world.is_main and not (args.json or args.quiet)
         self.progress = Progress(total=trainer.config.steps, initial=trainer.step, enabled=self.talk)
-        self.started, self.first_step = time.perf_counter(), trainer.step
         self.seconds_before = trainer.train_seconds
+        self.per_token, self.peak = _flops(trainer)
+        self.started, self.first_step = time.perf_counter(), trainer.step
 
     def run(self) -> int:
         try:
@@ -197,8 +214,13 @@ class _Session:
         steps = self.trainer.step - self.first_step
         return steps * self.trainer.tokens_per_step / seconds if seconds > 0 else 0.0
 
+    def mfu(self) -> float | None:
+        from blockspec.train.throughput import utilisation
+
+        return utilisation(self.tokens_per_s(), self.per_token, self.peak)
+
     def on_step(self, trainer, loss: float) -> None:
-        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s())
+        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s(), mfu=self.mfu())
         every = self.args.checkpoint_every
         if self.args.out and every and trainer.step % every == 0 and trainer.step < trainer.config.steps:
             self.save()
@@ -231,6 +253,9 @@ class _Session:
                    "tokens_per_s": round(self.tokens_per_s(), 1),
                    "seconds": round(time.perf_counter() - self.started, 3), "world_size": self.world.size,
                    "checkpoint": self.args.out, "plot": self.args.plot}
+        if self.peak:  # only against a rate measured on this device (CUDA); none on a CPU
+            summary["mfu"] = round(self.mfu(), 4)
+            summary["peak_flops"] = self.peak
         if self.args.json:
             emit_json(summary)
         else:
