@@ -59,7 +59,9 @@ class HandLoop:
         self.step += 1
 
 
-def measure(path: Path, batch_size: int, rounds: int, precision: str, threads: int | None) -> dict[str, float]:
+def measure(path: Path, batch_size: int, rounds: int, precision: str, threads: int | None,
+            target_s: float = 1.0) -> dict[str, float]:
+    """Tokens/s of both loops on ``path``'s model, each sample at least ``target_s`` seconds of steps."""
     spec = blockspec.load_spec(path)
     data = token_stream(spec.model.vocab_size)
     config = TrainConfig(steps=10**9, batch_size=batch_size, lr=LR, grad_clip=CLIP, seed=SEED, precision=precision)
@@ -67,7 +69,7 @@ def measure(path: Path, batch_size: int, rounds: int, precision: str, threads: i
     hand = HandLoop(spec, data, batch_size, precision)
     parameters = sum(p.numel() for p in hand.model.parameters())
     torch.set_num_threads(threads or (1 if parameters < SMALL_MODEL else THREADS))
-    timings = interleave({"trainer": trainer.train_step, "hand": hand}, rounds=rounds, warmup=2, target_s=1.0)
+    timings = interleave({"trainer": trainer.train_step, "hand": hand}, rounds=rounds, warmup=2, target_s=target_s)
     tokens = batch_size * spec.model.context_length
     return {"name": spec.model.name, "parameters": parameters, "threads": torch.get_num_threads(),
             "tokens": tokens, "trainer": tokens / timings["trainer"].median, "hand": tokens / timings["hand"].median,

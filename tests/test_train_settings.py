@@ -210,3 +210,11 @@ def test_flops_per_token_count_the_weights_once_and_the_tied_head_as_a_matmul(re
     assert flops_per_token(model, n_layers=2, d_model=32, context_length=16) == expected
     assert measured_peak(torch.device("cpu")) is None and utilisation(1e3, expected, None) is None
     assert utilisation(1e3, 1e6, 4e9) == 0.25
+
+
+def test_the_overhead_benchmark_runs_both_loops_on_the_same_model():
+    from benchmarks.trainer_overhead import SPECS, measure
+
+    row = measure(SPECS[0], batch_size=2, rounds=1, precision="fp32", threads=1, target_s=0.01)
+    assert row["name"] == "tiny-shakespeare" and row["parameters"] == 108_352
+    assert row["trainer"] > 0 and row["hand"] > 0 and row["ratio"] > 0
