@@ -36,21 +36,27 @@ def torchrun(*args: str, cwd) -> dict:
     return json.loads(result.stdout)  # rank 0 prints the one JSON document
 
 
-def single_process_step(registry, text: str) -> Trainer:
+# the trainer's settings under DDP and FSDP2: two micro-batches per rank, decay on matrices, a warm-up
+SETTINGS = {"grad_accum": 2, "weight_decay": 0.1, "warmup": 2, "min_lr": 1e-4}
+
+
+def single_process_step(registry, text: str, **settings) -> Trainer:
     spec = blockspec.loads_spec(SPEC, registry)
-    config = TrainConfig(steps=1, batch_size=8, eval_every=0, eval_batches=2, seed=5)
+    config = TrainConfig(steps=1, batch_size=8, eval_every=0, eval_batches=2, seed=5, **settings)
     trainer = Trainer(blockspec.build(spec, registry=registry, seed=5), CharDataset.from_text(text), config)
     trainer.run()
     return trainer
 
 
+@pytest.mark.parametrize("settings", [{}, SETTINGS], ids=["defaults", "accumulated"])
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_one_two_process_step_equals_one_step_on_the_concatenated_batch(registry, tmp_path, strategy):
+def test_one_two_process_step_equals_one_step_on_the_concatenated_batch(registry, tmp_path, strategy, settings):
     (tmp_path / "spec.toml").write_text(SPEC)
     (tmp_path / "play.txt").write_text(small_play())
     extra = ["--fsdp"] if strategy == "fsdp" else []
+    extra += [text for name, value in settings.items() for text in (f"--{name.replace('_', '-')}", str(value))]
     summary = torchrun("spec.toml", "--data", "play.txt", *FLAGS, "--out", "ckpt", *extra, cwd=tmp_path)
-    reference = single_process_step(registry, small_play())
+    reference = single_process_step(registry, small_play(), **settings)
     assert summary["world_size"] == 2 and summary["steps"] == 1
     saved = json.loads((tmp_path / "ckpt" / "training.json").read_text())
     assert saved["history"]["train"][0] == pytest.approx(reference.history.train[0], rel=1e-6)

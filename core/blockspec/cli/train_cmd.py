@@ -16,11 +16,13 @@ from blockspec.cli.common import (add_device_argument, add_json_argument, add_pl
                                   memory_limit, positive_float, positive_int, registry_with_warnings,
                                   resolve_device, thread_count)
 
+PRECISIONS = ("fp32", "bf16-mixed")  # as blockspec.train.loop.PRECISIONS, without importing torch here
 SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
-SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches")
+SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches", "warmup", "min_lr",
+            "grad_accum", "precision", "compile")
 # the library names settings and parameters; this command's user knows them as flags
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
-         "batch_size": "--batch-size", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
+         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
 
 
 def add_parser(subparsers) -> None:
@@ -35,7 +37,18 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--batch-size", type=positive_int, metavar="B",
                         help="windows per step over all processes (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
-    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
+    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD",
+                        help="AdamW weight decay of the weight matrices; never norms, biases or embeddings (default 0)")
+    parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS",
+                        help="linear learning-rate warm-up over the first STEPS steps (default 0)")
+    parser.add_argument("--min-lr", type=non_negative_float, metavar="LR", help="after warm-up, cosine decay of "
+                        "the learning rate down to LR at the last step (default: --lr, a constant rate)")
+    parser.add_argument("--grad-accum", type=positive_int, metavar="K", help="split each step's batch into K "
+                        "micro-batches and accumulate their gradients: less memory, same step (default 1)")
+    parser.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed: autocast to bfloat16 (float16 with "
+                        "loss scaling on a GPU without bfloat16); weights stay float32 (default fp32)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (the first steps pay for compiling; default: no)")
     parser.add_argument("--seed", type=seed_int, metavar="S", help="seed for weights and batches (default 0)")
     parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
                         help="validate every K steps; 0: at the end (default 100)")
@@ -150,8 +163,7 @@ def _config(args: argparse.Namespace, resume):
     from blockspec.train.loop import make_config
 
     base = resume.training["config"] if resume is not None else {}
-    flags = {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-             "weight_decay": args.weight_decay, "eval_every": args.eval_every, "eval_batches": args.eval_batches}
+    flags = {name: getattr(args, name) for name in SETTINGS}
     return make_config({**base, **{k: v for k, v in flags.items() if v is not None}})
 
 
@@ -167,6 +179,22 @@ def _set_threads(threads: int | None, model, world) -> None:
     torch.set_num_threads(max(threads, 1))
 
 
+def _flops(trainer) -> tuple[float, float | None]:
+    """Training FLOPs per token, and the matmul rate of all processes' devices, measured now on CUDA
+    (each rank times its own GPU; the rate is that times the world size); None elsewhere."""
+    import torch
+
+    from blockspec.train.optim import half_dtype
+    from blockspec.train.throughput import flops_per_token, measured_peak
+
+    model, device = trainer.spec.model, trainer.world.device
+    per_token = flops_per_token(trainer.raw, n_layers=model.n_layers, d_model=model.d_model,
+                                context_length=model.context_length)
+    dtype = half_dtype(device) if trainer.config.precision == "bf16-mixed" else torch.float32
+    peak = measured_peak(device, dtype)
+    return per_token, peak * trainer.world.size if peak else None
+
+
 class _Session:
     """What one `blockspec train` invocation shows and writes around the trainer's loop."""
 
@@ -176,8 +204,9 @@ class _Session:
         self.args, self.trainer, self.world = args, trainer, trainer.world
         self.talk = self.world.is_main and not (args.json or args.quiet)
         self.progress = Progress(total=trainer.config.steps, initial=trainer.step, enabled=self.talk)
-        self.started, self.first_step = time.perf_counter(), trainer.step
         self.seconds_before = trainer.train_seconds
+        self.per_token, self.peak = _flops(trainer)
+        self.started, self.first_step = time.perf_counter(), trainer.step
 
     def run(self) -> int:
         try:
@@ -199,8 +228,13 @@ class _Session:
         steps = self.trainer.step - self.first_step
         return steps * self.trainer.tokens_per_step / seconds if seconds > 0 else 0.0
 
+    def mfu(self) -> float | None:
+        from blockspec.train.throughput import utilisation
+
+        return utilisation(self.tokens_per_s(), self.per_token, self.peak)
+
     def on_step(self, trainer, loss: float) -> None:
-        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s())
+        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s(), mfu=self.mfu())
         every = self.args.checkpoint_every
         if self.args.out and every and trainer.step % every == 0 and trainer.step < trainer.config.steps:
             self.save()
@@ -233,6 +267,9 @@ class _Session:
                    "tokens_per_s": round(self.tokens_per_s(), 1),
                    "seconds": round(time.perf_counter() - self.started, 3), "world_size": self.world.size,
                    "checkpoint": self.args.out, "plot": self.args.plot}
+        if self.peak:  # only against a rate measured on this device (CUDA); none on a CPU
+            summary["mfu"] = round(self.mfu(), 4)
+            summary["peak_flops"] = self.peak
         if self.args.json:
             emit_json(summary)
         else:

@@ -19,11 +19,13 @@ from attrs import field, frozen
 from blockspec.errors import BlockspecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
-from blockspec.spec.validators import Check
+from blockspec.errors import FieldError
+from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.train.data import Dataset, batch_seed
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
+from blockspec.train.optim import autocast, grad_scaler, learning_rate, make_optimizer, no_gradient_sync
 from blockspec.train.state import load_model_state, load_optimizer_state, model_state, optimizer_state
 
 
@@ -33,6 +35,9 @@ COUNT = Check(lambda v: v >= 1, "a positive integer", typed=False)
 NON_NEGATIVE_INT = Check(lambda v: v >= 0, "an integer >= 0", typed=False)
 POSITIVE_NUMBER = Check(lambda v: v > 0.0, "a number > 0.0", typed=False)
 NON_NEGATIVE_NUMBER = Check(lambda v: v >= 0.0, "a number >= 0", typed=False)
+MIN_LR = Check(lambda v: v is None or v >= 0.0, "a number >= 0, or none (the learning rate itself)", typed=False)
+PRECISIONS = ("fp32", "bf16-mixed")
+PRECISION = Check(lambda v: v in PRECISIONS, " or ".join(map(repr, PRECISIONS)), typed=False)
 GRAD_CLIP = Check(lambda v: v is None or v > 0.0, "a number > 0.0, or none", typed=False)
 SEED = Check(lambda v: -(2**63) <= v < 2**64, "an integer from -2**63 to 2**64 - 1 (what torch.manual_seed takes)",
              typed=False)
@@ -52,6 +57,30 @@ class TrainConfig:
     seed: Annotated[int, SEED] = field(default=0, validator=SEED)
     eval_every: Steps = field(default=100, validator=NON_NEGATIVE_INT)  # 0: only at the end
     eval_batches: Count = field(default=20, validator=COUNT)
+    warmup: Steps = field(default=0, validator=NON_NEGATIVE_INT)  # linear warm-up steps (see train/optim.py)
+    min_lr: Annotated[float | None, MIN_LR] = field(default=None, validator=MIN_LR)  # cosine floor; None: lr
+    grad_accum: Count = field(default=1, validator=COUNT)  # micro-batches per optimizer step
+    precision: Annotated[str, PRECISION] = field(default="fp32", validator=PRECISION)
+    compile: bool = False  # torch.compile the model
+
+    def __attrs_post_init__(self) -> None:
+        errors = []
+        if self.min_lr is not None and self.min_lr > self.lr:
+            errors.append(FieldError("min_lr", f"expected a number <= the learning rate ({self.lr}), "
+                                               f"found {self.min_lr}"))
+        if self.batch_size % self.grad_accum:
+            errors.append(FieldError("grad_accum", f"expected a divisor of batch_size ({self.batch_size}), "
+                                                   f"found {self.grad_accum}"))
+        if errors:
+            raise errors[0] if len(errors) == 1 else FieldErrors(errors)
+
+    @property
+    def floor_lr(self) -> float:
+        return self.lr if self.min_lr is None else self.min_lr
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of 0-based ``step`` (train/optim.py has the formula)."""
+        return learning_rate(step, lr=self.lr, min_lr=self.floor_lr, warmup=self.warmup, steps=self.steps)
 
 
 class TrainConfigError(BlockspecError, ValueError):
@@ -115,7 +144,7 @@ def auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
 
 
 class Trainer:
-    """Owns the (possibly wrapped) model, its AdamW optimizer and the step count."""
+    """Owns the (possibly wrapped, possibly compiled) model, its AdamW optimizer and the step count."""
 
     def __init__(self, model: Transformer, data: Dataset, config: TrainConfig, *, world: World = World(),
                  strategy: Strategy = "ddp", resume: Checkpoint | None = None) -> None:
@@ -125,10 +154,12 @@ class Trainer:
         self.sharded = world.size > 1 and strategy == "fsdp"
         if resume is not None:
             load_model_state(model, resume.model_state, source="the resumed checkpoint")
-        self.model = wrap(model.to(world.device), world, strategy)
         self.raw = model
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=(0.9, 0.99),
-                                           weight_decay=config.weight_decay)
+        self.wrapped = wrap(model.to(world.device), world, strategy)  # DDP, or model itself (sharded in place)
+        self.model = torch.compile(self.wrapped) if config.compile else self.wrapped
+        self.optimizer = make_optimizer(self.raw, lr=config.lr, weight_decay=config.weight_decay)
+        self.scaler = grad_scaler(config.precision, world.device)
+        self.routers = [m for m in model.modules() if hasattr(m, "aux_loss")]  # found once, not every step
         self.step, self.history, self.train_seconds = 0, History(), 0.0
         torch.manual_seed(config.seed)  # dropout, if the spec has any
         if resume is not None:
@@ -152,27 +183,67 @@ class Trainer:
                                seed=batch_seed(self.config.seed, stream, index))
         return self.world.shard(x), self.world.shard(y)
 
+    def micro_batches(self, split: str, stream: str, index: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """This rank's share of global batch ``index``, in ``grad_accum`` equal pieces: the same samples
+        whatever the number of pieces, so accumulation changes memory, not what is learned."""
+        x, y = self.batch(split, stream, index)  # (B / size, T) each
+        pieces = self.config.grad_accum
+        if pieces == 1:
+            return [(x, y)]
+        if x.shape[0] % pieces:
+            raise TrainConfigError(
+                f"batch_size {self.config.batch_size} over {self.world.size} processes gives {x.shape[0]} rows each, "
+                f"which grad_accum {pieces} cannot split evenly; use a batch_size divisible by "
+                f"{pieces * self.world.size}")
+        return list(zip(x.chunk(pieces), y.chunk(pieces)))  # (B / size / K, T) each
+
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x)  # (B, T, |V|)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
-        aux = auxiliary_loss(self.model) if self.model.training else None
+        with autocast(self.config.precision, self.world.device):
+            logits = self.model(x)  # (B, T, |V|)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
+        aux = self._auxiliary() if self.model.training else None
         return loss if aux is None else loss + aux
+
+    def _auxiliary(self) -> torch.Tensor | None:
+        terms = [m.aux_loss_coef * m.aux_loss for m in self.routers if m.aux_loss is not None]
+        return torch.stack(terms).sum() if terms else None
 
     def train_step(self) -> float:
         """One AdamW step on the global batch of this step; returns its loss averaged over ranks."""
         started = time.perf_counter()
-        self.model.train()
-        loss = self.loss(*self.batch("train", "train", self.step))
+        if not self.raw.training:  # after an evaluation; the walk over every module costs on tiny models
+            self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr_at(self.step)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        pieces = self.micro_batches("train", "train", self.step)
+        total = sum(self._accumulate(x, y, share=len(pieces), last=i == len(pieces) - 1)
+                    for i, (x, y) in enumerate(pieces))
+        self._optimizer_step()
         self.step += 1
-        value = self.world.mean(loss)
+        value = self.world.mean(total)
         self.history.train.append(value)
         self.train_seconds += time.perf_counter() - started
         return value
+
+    def _accumulate(self, x: torch.Tensor, y: torch.Tensor, *, share: int, last: bool) -> torch.Tensor:
+        """Backward of one micro-batch's loss / ``share`` (equal pieces: the mean of means is the batch's mean)."""
+        with no_gradient_sync(self.wrapped, skip=not last):
+            loss = self.loss(x, y)
+            loss = loss / share if share > 1 else loss
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        return loss.detach()
+
+    def _optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
+        if self.config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.config.grad_clip)
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
 
     @torch.no_grad()
     def evaluate(self) -> Evaluation:
@@ -180,7 +251,8 @@ class Trainer:
         self.model.eval()
         means = {}
         for split in ("train", "val"):
-            losses = [self.loss(*self.batch(split, f"eval-{split}", i)) for i in range(self.config.eval_batches)]
+            losses = [self.loss(x, y) for i in range(self.config.eval_batches)
+                      for x, y in self.micro_batches(split, f"eval-{split}", i)]
             means[split] = self.world.mean(torch.stack(losses).mean())
         evaluation = Evaluation(step=self.step, train_loss=means["train"], val_loss=means["val"])
         self.history.evals.append(evaluation)

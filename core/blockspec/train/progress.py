@@ -18,9 +18,10 @@ class Progress:
         self.bar = tqdm(total=total, initial=initial, file=stream, unit="step", dynamic_ncols=True,
                         disable=not self.enabled, leave=False, mininterval=min_interval)
 
-    def update(self, *, loss: float, tokens_per_s: float) -> None:
+    def update(self, *, loss: float, tokens_per_s: float, mfu: float | None = None) -> None:
         if self.enabled:
-            self.bar.set_postfix_str(f"loss {loss:.4f}  {tokens_per_s:,.0f} tok/s", refresh=False)
+            share = "" if mfu is None else f"  MFU {100 * mfu:.1f}%"
+            self.bar.set_postfix_str(f"loss {loss:.4f}  {tokens_per_s:,.0f} tok/s{share}", refresh=False)
             self.bar.update(1)
 
     def write(self, line: str, stream: TextIO | None = None) -> None:

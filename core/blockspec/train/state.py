@@ -48,7 +48,7 @@ def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, *, shard
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_optimizer_state_dict(model, optimizer, options=options)
-    names = [name for name, _ in model.named_parameters()]
+    names = _flat_names(model, optimizer)
     state = optimizer.state_dict()
     return {
         "state": {names[index]: entries for index, entries in state["state"].items()},
@@ -65,11 +65,32 @@ def load_optimizer_state(
 
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
         return
-    index = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+    index = {name: i for i, name in enumerate(_flat_names(model, optimizer))}
     unknown = sorted(set(state["state"]) - set(index))
     if unknown:
         raise CheckpointError(f"optimizer state names parameters this model lacks: {unknown[:5]}")
+    groups = _regrouped(optimizer, state["param_groups"], index)
     optimizer.load_state_dict({
         "state": {index[name]: entries for name, entries in state["state"].items()},
-        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in groups],
     })
+
+
+def _flat_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Parameter names in the optimizer's own order (group by group), which its state dict numbers."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def _regrouped(optimizer: torch.optim.Optimizer, groups: list[dict[str, Any]],
+               index: dict[str, int]) -> list[dict[str, Any]]:
+    """Saved groups as they are when they name the same parameters; else (a checkpoint from before weight decay
+    was split into matrices and the rest) the live groups' settings, which come from the same TrainConfig."""
+    names = list(index)
+    live, start = [], 0
+    for group in optimizer.param_groups:
+        live.append(names[start : start + len(group["params"])])
+        start += len(group["params"])
+    if [sorted(g["params"]) for g in groups] == [sorted(g) for g in live]:
+        return groups
+    return [{**{k: v for k, v in g.items() if k != "params"}, "params": p} for g, p in zip(optimizer.param_groups, live)]

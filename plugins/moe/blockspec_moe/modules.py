@@ -131,4 +131,5 @@ class MixtureOfExperts(nn.Module):
                    for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
         y = torch.cat(outputs) if outputs else grouped
         y = y * weights.reshape(-1)[order].unsqueeze(-1)
-        return torch.zeros_like(flat).index_add_(0, tokens, y), counts  # (T, d)
+        # under autocast the experts' outputs are bfloat16 while the residual stream stays float32
+        return torch.zeros_like(flat).index_add_(0, tokens, y.to(flat.dtype)), counts  # (T, d)
