@@ -75,8 +75,17 @@ def cheap(assets):
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    """Command line prefix ("train", "tokenizer train") -> its parser, commands with actions flattened."""
+    return dict(_flattened(make_parser(), ""))
+
+
+def _flattened(parser: argparse.ArgumentParser, prefix: str):
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if action is None:
+        yield prefix, parser
+        return
+    for name, sub in action.choices.items():
+        yield from _flattened(sub, f"{prefix} {name}".strip())
 
 
 def _scratch_paths(scratch: Path) -> dict[str, list[str]]:
@@ -102,7 +111,8 @@ def _valid(dest: str, command: str, assets, out: list[str]) -> list[str]:
         "spec": models, "specs": models, "checkpoint": [str(assets.ckpt), str(assets.char_ckpt), str(assets.hf)],
         "resume": [str(assets.ckpt), str(assets.char_ckpt)], "directory": [str(assets.hf), str(assets.ckpt)],
         "weights": [str(assets.ckpt), str(assets.char_ckpt), str(assets.hf / "model.safetensors")],
-        "data": [str(assets.data)], "out": out, "plot": out, "device": ["auto", "cpu", " CPU "],
+        "data": [str(assets.data)], "files": [str(assets.data)], "tokenizer": ["char", str(assets.char_ckpt)],
+        "out": out, "plot": out, "device": ["auto", "cpu", " CPU "],
         "prompt": ["to", "To be", "the lord"], "text": ["to", "To be", "the lord"],
         "ids": ["1,2", "0", "1, 2 ,3", "64", "65", "-1", ",", "1,,2", "a,b", HUGE],
         "stage": ["*", "blocks.*.attn.weights", "nothing", "[", ""], "component": ["norm:rmsnorm", "norm:", "x:y",
@@ -126,7 +136,7 @@ def _option_value(action: argparse.Action, command: str, assets, paths) -> st.Se
 @st.composite
 def command_lines(draw, command: str, assets, paths) -> list[str]:
     parser = subcommands()[command]
-    argv, taken = [command], set()
+    argv, taken = command.split(), set()
     exclusive = {id(a): group for group in parser._mutually_exclusive_groups for a in group._group_actions}
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
