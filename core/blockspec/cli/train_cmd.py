@@ -108,7 +108,7 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace, world) -> int:
     from blockspec.assembly.assemble import build
-    from blockspec.train.checkpointing import load_checkpoint
+    from blockspec.train.checkpointing import carried_of, load_checkpoint, source_tokenizer
     from blockspec.train.loop import Trainer, check_lm_head
     from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
 
@@ -121,7 +121,8 @@ def _train(args: argparse.Namespace, world) -> int:
                               "pass the spec it was trained from")
     kind = source_kind(args.spec)
     weights = kind != "spec" and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
-    tokenizer = resume.tokenizer if resume else _tokenizer_of(args.spec) if kind == "checkpoint" else None
+    tokenizer = resume.tokenizer if resume else source_tokenizer(args.spec) if weights else None
+    args.carried = resume.carried if resume else carried_of(args.spec) if weights else {}
     data = _dataset(args, tokenizer)
     data.check_fits(spec.model.vocab_size, spec.model.context_length)
     config = _config(args, resume)
@@ -132,7 +133,8 @@ def _train(args: argparse.Namespace, world) -> int:
 
 
 def _dataset(args: argparse.Namespace, tokenizer):
-    """A prepared directory (its tokenizer must be the model's, if the model has one), else a text file."""
+    """A prepared directory (its tokenizer must be the model's, if the model has one), else a text file
+    (encoded with the model's tokenizer, if it has one: characters or subwords, each id keeps its meaning)."""
     from blockspec.train.data import CharDataset
     from blockspec.train.prepared import PreparedDataset
 
@@ -142,14 +144,6 @@ def _dataset(args: argparse.Namespace, tokenizer):
     if tokenizer is not None:
         data.check_tokenizer(tokenizer, source=args.resume or args.spec)
     return data
-
-
-def _tokenizer_of(source: str):
-    """A training checkpoint's tokenizer, so fine-tuning keeps what each id means; else None (from the text)."""
-    from blockspec.checkpoint.directory import read_checkpoint_manifest
-    from blockspec.train.checkpointing import TOKENIZER_FILE, read_tokenizer
-
-    return read_tokenizer(source) if TOKENIZER_FILE in read_checkpoint_manifest(source).files else None
 
 
 def _quiet_registry():
@@ -246,10 +240,13 @@ class _Session:
                                 f"  {time.perf_counter() - self.started:.1f}s")
 
     def save(self) -> None:
+        """The checkpoint, with the Hugging Face files (config, tokenizer) of the model it was fine-tuned from."""
+        import attrs
+
         from blockspec.train.checkpointing import save_checkpoint
 
         if self.trainer.sharded or self.world.is_main:
-            checkpoint = self.trainer.checkpoint()  # a collective under FSDP
+            checkpoint = attrs.evolve(self.trainer.checkpoint(), carried=self.args.carried)  # a collective under FSDP
             if self.world.is_main:
                 save_checkpoint(self.args.out, checkpoint, overwrite=self.args.replace_out)
                 self.args.replace_out = True  # later saves of this run replace its own checkpoint

@@ -9,6 +9,9 @@ extra files travel in the same atomic write and are verified against the same ma
 - ``optimizer.safetensors``: AdamW's moments and step per parameter *name*, and the CPU RNG;
 - ``training.json``: step, settings, loss history and AdamW's param groups.
 
+A model imported from (or fine-tuned from) a Hugging Face directory also keeps that directory's
+``hf/`` files (config.json, tokenizer files): ``export-hf`` writes them back beside the new weights.
+
 No pickle anywhere.
 """
 
@@ -26,6 +29,7 @@ from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
 from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
+from blockspec.checkpoint.outputs import MANIFEST_FILE
 from blockspec.errors import CheckpointError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
@@ -33,7 +37,7 @@ from blockspec.spec.documents import structure_document
 from blockspec.spec.schema import ModelSpec
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
-from blockspec.interop.hf_dir import CARRIED_PREFIX
+from blockspec.interop.hf_dir import CARRIED_PREFIX, carried_files
 from blockspec.train.tokenizer import (CharTokenizer, HFTokenizer, Tokenizer, TokenizerError, tokenizer_bytes,
                                       tokenizer_from_bytes)
 from blockspec.checkpoint.weights import tied_aliases
@@ -94,6 +98,7 @@ class Checkpoint:
     optimizer_state: dict[str, Any]  # {"state": {name: {key: tensor}}, "param_groups": [{..., "params": [name]}]}
     rng_state: torch.Tensor | None
     training: dict[str, Any]  # step, settings, history
+    carried: dict[str, bytes] = field(factory=dict)  # "hf/..." files of the Hugging Face model it came from
 
     @property
     def step(self) -> int:
@@ -117,6 +122,7 @@ def save_checkpoint(path: str | Path, checkpoint: Checkpoint, registry: Registry
         TOKENIZER_FILE: tokenizer_bytes(checkpoint.tokenizer),
         OPTIMIZER_FILE: save_tensors(_contiguous(tensors), metadata={"format": "pt"}),
         TRAINING_FILE: json.dumps(training, indent=1).encode("utf-8"),
+        **checkpoint.carried,
     }
     model = _holding(checkpoint, registry)
     return save(model, path, extra={"format": FORMAT, "step": checkpoint.step}, extra_files=files,
@@ -174,6 +180,7 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
         optimizer_state=unflatten_optimizer_state(optimizer, training.pop("param_groups", [])),
         rng_state=optimizer.get("rng/cpu"),
         training=training,
+        carried=carried_of(path),
     )
 
 
@@ -192,6 +199,32 @@ def carried_tokenizer(path: str | Path) -> Tokenizer | None:
     if IMPORTED_TOKENIZER in files:
         try:
             return HFTokenizer(read_extra_file(path, IMPORTED_TOKENIZER), source=f"{path}/{IMPORTED_TOKENIZER}")
+        except TokenizerError as error:
+            raise CheckpointError(str(error)) from None
+    return None
+
+
+def carried_of(source: str | Path) -> dict[str, bytes]:
+    """The Hugging Face files a model source keeps, by their checkpoint name ("hf/config.json", ...):
+    a checkpoint's ``hf/`` files, or a Hugging Face directory's own; none for a spec file."""
+    path = Path(source)
+    if (path / MANIFEST_FILE).is_file():
+        names = [n for n in read_checkpoint_manifest(path).files if n.startswith(CARRIED_PREFIX)]
+        return {name: read_extra_file(path, name) for name in names}
+    if path.is_dir():
+        return {CARRIED_PREFIX + name: data for name, data in carried_files(path).items()}
+    return {}
+
+
+def source_tokenizer(source: str | Path) -> Tokenizer | None:
+    """The tokenizer that comes with a model source: a checkpoint's (its own, or its imported one),
+    a Hugging Face directory's tokenizer.json, or None (a spec file; a model without one)."""
+    path = Path(source)
+    if (path / MANIFEST_FILE).is_file():
+        return carried_tokenizer(path)
+    if path.is_dir() and (path / TOKENIZER_FILE).is_file():
+        try:
+            return HFTokenizer((path / TOKENIZER_FILE).read_bytes(), source=str(path / TOKENIZER_FILE))
         except TokenizerError as error:
             raise CheckpointError(str(error)) from None
     return None

@@ -42,14 +42,15 @@ class Dataset(Protocol):
 class CharDataset:
     """Token ids of a text, the first 90% for training and the rest for validation."""
 
-    def __init__(self, ids: torch.Tensor, tokenizer: CharTokenizer, *, source: str = "<text>") -> None:
+    def __init__(self, ids: torch.Tensor, tokenizer: CharTokenizer | HFTokenizer, *, source: str = "<text>") -> None:
         self.tokenizer, self.source = tokenizer, source
         cut = int(len(ids) * TRAIN_FRACTION)
         self.splits = {"train": ids[:cut], "val": ids[cut:]}
 
     @classmethod
-    def from_text(cls, text: str, tokenizer: CharTokenizer | None = None, *, source: str = "<text>") -> CharDataset:
-        """Encode ``text``; without a tokenizer, one is made from the text's own characters."""
+    def from_text(cls, text: str, tokenizer: CharTokenizer | HFTokenizer | None = None, *,
+                  source: str = "<text>") -> CharDataset:
+        """Encode ``text`` (characters, or a model's subwords); without a tokenizer, one is made from its characters."""
         tokenizer = tokenizer or CharTokenizer.from_text(text)
         try:
             ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
@@ -58,7 +59,7 @@ class CharDataset:
         return cls(ids, tokenizer, source=source)
 
     @classmethod
-    def from_file(cls, path: str | Path, tokenizer: CharTokenizer | None = None) -> CharDataset:
+    def from_file(cls, path: str | Path, tokenizer: CharTokenizer | HFTokenizer | None = None) -> CharDataset:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
@@ -68,7 +69,8 @@ class CharDataset:
     def check_fits(self, vocab_size: int, context_length: int) -> None:
         """Refuse a text the model cannot represent, or a split too short for one window."""
         if self.tokenizer.vocab_size > vocab_size:
-            raise DataError(f"{self.source}: has {self.tokenizer.vocab_size} distinct characters, but the spec's "
+            what = "distinct characters" if isinstance(self.tokenizer, CharTokenizer) else "tokens in its tokenizer"
+            raise DataError(f"{self.source}: has {self.tokenizer.vocab_size} {what}, but the spec's "
                             f"$.model.vocab_size is {vocab_size}; raise vocab_size to at least "
                             f"{self.tokenizer.vocab_size}")
         for name, ids in self.splits.items():
