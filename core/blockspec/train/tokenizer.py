@@ -21,6 +21,7 @@ from blockspec.errors import BlockspecError
 TINY_SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 BYTE_VOCAB = 256
+MAX_VOCAB = 2**32  # ids 0..2^32-1: what a prepared dataset's uint32 files hold
 
 
 class TokenizerError(BlockspecError, ValueError):
@@ -163,6 +164,9 @@ def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") 
     if vocab_size < BYTE_VOCAB:
         raise TokenizerError(f"vocab_size: a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
                              f"found {vocab_size}; use --vocab-size {BYTE_VOCAB} or more")
+    if vocab_size > MAX_VOCAB:
+        raise TokenizerError(f"vocab_size: at most {MAX_VOCAB:,} tokens (prepared data stores ids as uint32), "
+                             f"found {vocab_size:,}")
     library = _tokenizers(source)
     backend = library.Tokenizer(library.models.BPE())
     backend.pre_tokenizer = library.pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -65,7 +65,17 @@ class WideWeights(MixtureOfExperts):
         weights, index = torch.topk(probs, self.top_k, dim=-1)
         if self.renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights, index, probs  # BUG: float32 weights, never cast back: half-precision tokens come out float32
+        return weights, index, probs  # float32 weights: the combination below must cast back
+
+    def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor):
+        assigned = index.reshape(-1)  # (T·k,)
+        order = assigned.argsort(stable=True)
+        counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
+        tokens = order // self.top_k
+        grouped = flat.index_select(0, tokens)  # (T·k, d)
+        outputs = [self.expert(e, chunk) for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
+        y = (torch.cat(outputs) if outputs else grouped) * weights.reshape(-1)[order].unsqueeze(-1)
+        return y.new_zeros(flat.shape).index_add_(0, tokens, y), counts  # BUG: summed in float32, never cast back
 
 
 class GatherModulo(MixtureOfExperts):
@@ -87,7 +97,7 @@ CORPUS.mutant("ffn", "moe_token_softmax", MoEConfig, moe_as(TokenSoftmax), like=
 CORPUS.mutant("ffn", "moe_top_k_then_softmax", MoEConfig, moe_as(TopKThenSoftmax), like=MOE,
               catches="mixture_routing", bug="softmax over the top-k logits: always renormalised")
 CORPUS.mutant("ffn", "moe_wide_weights", MoEConfig, moe_as(WideWeights), like=MOE, catches=DTYPES,
-              bug="routing weights left in float32: half-precision tokens come out float32")
+              bug="routing weights in float32 and the experts summed in them: half-precision tokens come out float32")
 CORPUS.mutant("ffn", "moe_gather_modulo", MoEConfig, moe_as(GatherModulo), like=MOE, catches="mixture_sum",
               bug="assignments mapped to tokens by order % top_k instead of order // top_k")
 
