@@ -117,7 +117,10 @@ def _valid(dest: str, command: str, assets, out: list[str]) -> list[str]:
         "ids": ["1,2", "0", "1, 2 ,3", "64", "65", "-1", ",", "1,,2", "a,b", HUGE],
         "stage": ["*", "blocks.*.attn.weights", "nothing", "[", ""], "component": ["norm:rmsnorm", "norm:", "x:y",
                                                                                   "activation:gelu", "norm:rmsnrm"],
-        "distribution": ["blockspec-norms", "nope", ""], "registry": [str(SPECS.parent.parent / "registry.toml")],
+        "distribution": ["blockspec-norms", "nope", ""],
+        "vary": ["positional.use=learned,rope", "norm.use=rmsnorm", "model.d_model=32", "model.d_model=abc",
+                 "nothing.use=x", "positional", "positional.use=", "attention.sliding_window=4"],
+        "seeds": ["0", "0,1", "1,1", "a", "", "-1," + HUGE], "registry": [str(SPECS.parent.parent / "registry.toml")],
     }.get(dest, NUMBERS + TEXTS)
 
 
