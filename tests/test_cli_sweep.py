@@ -209,8 +209,9 @@ def test_the_sweep_reaches_every_flag_of_every_command():
     """A flag the drawing cannot reach would never be swept (e.g. one added with an unusual action)."""
     for command, parser in subcommands().items():
         for action in parser._actions:
-            # BooleanOptionalAction (train's --compile/--no-compile): nargs 0, drawn as either of its flags
+            # BooleanOptionalAction (train's --compile/--no-compile): nargs 0, drawn as either of its flags;
+            # _AppendAction (sweep's --vary): one value, drawn as a store is
             assert isinstance(action, (argparse._StoreAction, argparse._StoreTrueAction, argparse._HelpAction,
-                                       argparse.BooleanOptionalAction)), \
+                                       argparse.BooleanOptionalAction, argparse._AppendAction)), \
                 (command, action)
 
