@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 from attrs import frozen
 
@@ -164,8 +165,6 @@ def plan_document(source: str, base: ModelSpec, vary: Mapping[str, Sequence[str]
 
 
 def _config_dict(config: loop.TrainConfig) -> dict[str, Any]:
-    import attrs
-
     return attrs.asdict(config)
 
 
@@ -310,8 +309,10 @@ def summarize(variants: Sequence[Variant], runs: Sequence[RunResult]) -> list[di
 
 
 def _std(values: Sequence[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 and all(map(math.isfinite, values)) else (
-        0.0 if len(values) <= 1 else math.nan)
+    """Sample std; 0 for one seed; nan when a run diverged (statistics refuses non-finite values)."""
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) if all(map(math.isfinite, values)) else math.nan
 
 
 def write_results(folder: Path, variants: Sequence[Variant], runs: Sequence[RunResult]) -> SweepResult:
