@@ -117,7 +117,10 @@ def _valid(dest: str, command: str, assets, out: list[str]) -> list[str]:
         "ids": ["1,2", "0", "1, 2 ,3", "64", "65", "-1", ",", "1,,2", "a,b", HUGE],
         "stage": ["*", "blocks.*.attn.weights", "nothing", "[", ""], "component": ["norm:rmsnorm", "norm:", "x:y",
                                                                                   "activation:gelu", "norm:rmsnrm"],
-        "distribution": ["blockspec-norms", "nope", ""], "registry": [str(SPECS.parent.parent / "registry.toml")],
+        "distribution": ["blockspec-norms", "nope", ""],
+        "vary": ["positional.use=learned,rope", "norm.use=rmsnorm", "model.d_model=32", "model.d_model=abc",
+                 "nothing.use=x", "positional", "positional.use=", "attention.sliding_window=4"],
+        "seeds": ["0", "0,1", "1,1", "a", "", "-1," + HUGE], "registry": [str(SPECS.parent.parent / "registry.toml")],
     }.get(dest, NUMBERS + TEXTS)
 
 
@@ -206,8 +209,9 @@ def test_the_sweep_reaches_every_flag_of_every_command():
     """A flag the drawing cannot reach would never be swept (e.g. one added with an unusual action)."""
     for command, parser in subcommands().items():
         for action in parser._actions:
-            # BooleanOptionalAction (train's --compile/--no-compile): nargs 0, drawn as either of its flags
+            # BooleanOptionalAction (train's --compile/--no-compile): nargs 0, drawn as either of its flags;
+            # _AppendAction (sweep's --vary): one value, drawn as a store is
             assert isinstance(action, (argparse._StoreAction, argparse._StoreTrueAction, argparse._HelpAction,
-                                       argparse.BooleanOptionalAction)), \
+                                       argparse.BooleanOptionalAction, argparse._AppendAction)), \
                 (command, action)
 

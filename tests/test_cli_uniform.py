@@ -80,6 +80,8 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "export-hf": ["export-hf", tmp / "imported", "--out", tmp / "exported"],  # after import-hf
         "doctor": ["doctor"],
         "train": ["train", folder / "micro.toml", "--data", folder / "play.txt", "--steps", "1", *FAST],
+        "sweep": ["sweep", folder / "micro.toml", "--data", folder / "play.txt", "--vary", "norm.use=rmsnorm",
+                  "--steps", "1", "--out", tmp / "sweep", *FAST],
         "generate": ["generate", folder / "ckpt", "--prompt", "to", "--max-new-tokens", "0", "--device", "cpu"],
         "export": ["export", folder / "ckpt", "--weights-only", "--out", tmp / "shared"],
         "tokenizer": ["tokenizer", "train", folder / "play.txt", "--vocab-size", "260", "--out", tmp / "tok"],
@@ -126,6 +128,7 @@ DEVICE_COMMANDS = {
     "explore": ["explore", TINY, "--ids", "1", "--out", "page.html"],
     "verify": ["verify"],
     "train": ["train", "{spec}", "--data", "{data}"],
+    "sweep": ["sweep", "{spec}", "--data", "{data}", "--out", "sweep-out"],
     "generate": ["generate", "{ckpt}", "--prompt", "to"],
 }
 

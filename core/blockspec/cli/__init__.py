@@ -23,6 +23,7 @@ from blockspec.cli import (
     import_cmd,
     list_cmd,
     show_cmd,
+    sweep_cmd,
     tokenizer_cmd,
     trace_cmd,
     train_cmd,
@@ -30,7 +31,7 @@ from blockspec.cli import (
 )
 
 COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
-            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, generate_cmd)
+            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 
@@ -97,7 +98,8 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for option in action.choices[args.command]._actions:
-        if option.option_strings and option.nargs is None and isinstance(getattr(args, option.dest, None), list):
+        if (option.option_strings and option.nargs is None and not isinstance(option, argparse._AppendAction)
+                and isinstance(getattr(args, option.dest, None), list)):
             return option.option_strings[-1]
     return None
 

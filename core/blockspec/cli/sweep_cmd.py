@@ -1,0 +1,100 @@
+"""`blockspec sweep`: train every combination of varied spec values, times seeds, on the same batches."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, emit_json, flag_names,
+                                  memory_limit, non_negative_float, non_negative_int, positive_float, positive_int,
+                                  registry_with_warnings, resolve_device, seed_int)
+
+SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
+FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds:": "--seeds:",
+         "batch_size": "--batch-size", "overwrite=True": "--force"}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("sweep", help="train every combination of varied spec values over several seeds")
+    parser.add_argument("spec", metavar="SPEC", help="TOML spec file (or a checkpoint: its spec, not its weights)")
+    parser.add_argument("--data", required=True, metavar="FILE|DIR",
+                        help="UTF-8 text (characters) or a directory written by blockspec data prepare")
+    parser.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                        help="a dotted spec key and its values, e.g. positional.use=learned,sinusoidal,rope; "
+                             "repeat for more keys (every combination is trained)")
+    parser.add_argument("--seeds", default="0", metavar="S1,S2", help="seeds to train each variant with (default 0)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="sweep folder: sweep.json, runs/, results.*")
+    parser.add_argument("--steps", type=non_negative_int, metavar="N", help="steps per run (default 600)")
+    parser.add_argument("--batch-size", type=positive_int, metavar="B", help="windows per step (default 32)")
+    parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
+    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
+    parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS", help="linear warm-up steps (default 0)")
+    parser.add_argument("--min-lr", type=non_negative_float, metavar="LR", help="cosine floor (default: --lr)")
+    parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
+                        help="validate every K steps; 0: at the end (default 100)")
+    parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
+    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
+                        help="also checkpoint each run every K steps, so an interrupted run continues (default 0)")
+    add_device_argument(parser)
+    parser.add_argument("--force", action="store_true", help="replace a sweep folder that holds a different sweep")
+    add_json_argument(parser, "a JSON summary at the end instead of a line per run")
+    parser.set_defaults(run=run)
+
+
+def parse_vary(texts: list[str]) -> dict[str, list[str]]:
+    """``KEY=V1,V2`` flags -> {key: [values]}; a key given twice is refused."""
+    vary: dict[str, list[str]] = {}
+    for text in texts:
+        key, equals, values = text.partition("=")
+        if not equals or not key.strip():
+            raise UsageError(f"--vary: expected KEY=V1,V2 (e.g. positional.use=learned,rope), found {text!r:.60}")
+        if key.strip() in vary:
+            raise UsageError(f"--vary: {key.strip()} given twice; list all its values in one --vary")
+        items = [v.strip() for v in values.split(",")]
+        if not all(items):
+            raise UsageError(f"--vary {key.strip()}: expected values separated by commas, found {values!r:.60}")
+        vary[key.strip()] = items
+    return vary
+
+
+def parse_seeds(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",")]
+    if not all(re.fullmatch(r"-?\d+", t) for t in items):
+        raise UsageError(f"--seeds: expected integers separated by commas (e.g. 0,1,2), found {text!r:.60}")
+    seeds = [int(t) for t in items]
+    for seed in seeds:
+        seed_int(str(seed)) if -(2**63) <= seed < 2**64 else _bad_seed(text)
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds: expected distinct seeds, found {text!r:.60}")
+    return seeds
+
+
+def _bad_seed(text: str) -> None:
+    raise UsageError(f"--seeds: expected integers from {-(2**63)} to {2**64 - 1}, found {text!r:.60}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from blockspec.train.sweep import run_sweep
+
+    vary, seeds = parse_vary(args.vary), parse_seeds(args.seeds)
+    device = resolve_device(args.device)
+    settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"):
+        result = run_sweep(args.spec, args.data, vary, args.out, seeds=seeds, settings=settings, force=args.force,
+                           checkpoint_every=args.checkpoint_every, device=device,
+                           registry=registry_with_warnings(), report=None if args.json else _report)
+    if args.json:
+        emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),
+                   "results": result.rows, "files": [str(f) for f in result.files], "note": result.note})
+    else:
+        print(f"results: {', '.join(str(f) for f in result.files)}")
+        if result.note:
+            print(result.note)
+    return 0
+
+
+def _report(number: int, total: int, result) -> None:
+    last = result.history.evals[-1]
+    done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
+    print(f"run {number}/{total} {result.variant.label} seed {result.seed}: train {last.train_loss:.4f}  "
+          f"val {last.val_loss:.4f}  ({done})", flush=True)

@@ -1,0 +1,373 @@
+"""Ablation sweeps: every combination of varied spec values, times seeds, on the same batch sequence.
+
+Batches are a pure function of (seed, step) (train/data.py), so two variants trained with the
+same seed see the same text in the same order: their difference is the spec's, not the data's.
+Each run is an ordinary training checkpoint under ``DIR/runs/``; ``DIR/sweep.json`` records the
+plan, so rerunning the same command resumes (finished runs skipped, unfinished ones continued
+from their checkpoint) and a different command is refused unless ``force``.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import re
+import shutil
+import statistics
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+from attrs import frozen
+
+from blockspec.assembly.assemble import build
+from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
+from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.errors import BlockspecError
+from blockspec.registry.components import Registry
+from blockspec.registry.specs import structure_spec
+from blockspec.spec.convert import spec_to_dict
+from blockspec.spec.schema import ModelSpec
+from blockspec.train import loop
+from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint, save_checkpoint
+from blockspec.train.distributed import World
+
+PLAN_FILE = "sweep.json"
+RUNS = "runs"
+FORMAT = "blockspec-sweep"
+VERSION = 1
+
+
+class SweepError(BlockspecError, ValueError):
+    """A --vary key or value the spec cannot take, or an output folder that holds a different sweep."""
+
+
+@frozen
+class Variant:
+    """One combination of the varied values, and the validated spec it gives."""
+
+    values: dict[str, Any]  # dotted key -> value, in --vary order
+    spec: ModelSpec
+    parameters: int
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items()) or "base"
+
+
+@frozen
+class RunResult:
+    variant: Variant
+    seed: int
+    directory: Path
+    history: loop.History
+    tokens_per_s: float
+    skipped: bool  # finished before this call
+
+
+@frozen
+class SweepResult:
+    runs: list[RunResult]
+    rows: list[dict[str, Any]]  # one per variant, as in results.csv
+    files: list[Path]
+    note: str | None  # why no plot, if none
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def parse_value(text: str) -> Any:
+    """A --vary value as TOML would read it (16 -> int, true -> bool, 1e-3 -> float), else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text.strip()
+
+
+def variant_spec(base: dict[str, Any], values: Mapping[str, Any], registry: Registry, *, source: str) -> ModelSpec:
+    """The base spec with ``values`` set, through the normal spec validation.
+
+    Changing a component's ``use`` resets its table (the old component's options may not exist
+    on the new one); the other varied keys of that table are set after it.
+    """
+    document = json.loads(json.dumps(base))  # a deep copy of plain data
+    ordered = sorted(values.items(), key=lambda item: not item[0].endswith(".use"))
+    for key, value in ordered:
+        section, name = key.split(".", 1)
+        table = document.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise SweepError(f"{source}: --vary {key}: [{section}] is not a table of keys; vary a key of "
+                             f"[model] or of a component table instead")
+        if name == "use":
+            table.clear()
+        table[name] = value
+    try:
+        return structure_spec(document, registry, file=source)
+    except BlockspecError as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        setting = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise SweepError(f"--vary {setting}: the spec does not validate: {first}") from None
+
+
+def check_key(key: str, base: dict[str, Any], *, source: str) -> None:
+    """A dotted ``section.key`` naming a table the spec has (or may have: a component kind)."""
+    if not re.fullmatch(r"[A-Za-z_][\w-]*\.[A-Za-z_][\w-]*", key):
+        raise SweepError(f"--vary: expected a dotted spec key such as positional.use or model.d_model, "
+                         f"found {key!r:.60}")
+    section = key.split(".", 1)[0]
+    if section not in base:
+        raise SweepError(f"{source}: --vary {key}: the spec has no [{section}] table; "
+                         f"it has {', '.join(f'[{s}]' for s in base)}")
+
+
+def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: Registry, *,
+                  source: str) -> list[Variant]:
+    """Every combination of ``vary``'s values, each built once (so a spec that validates but cannot
+    build, e.g. rope on an odd head size, is refused before any training)."""
+    document = spec_to_dict(base)
+    for key, texts in vary.items():
+        check_key(key, document, source=source)
+        if not texts:
+            raise SweepError(f"--vary {key}: expected one or more values after '=', found none")
+    keys = list(vary)
+    variants = []
+    for combination in itertools.product(*(list(map(parse_value, vary[k])) for k in keys)):
+        values = dict(zip(keys, combination))
+        spec = variant_spec(document, values, registry, source=source)
+        variants.append(Variant(values, spec, _parameters(spec, registry)))
+    return variants
+
+
+def _parameters(spec: ModelSpec, registry: Registry) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no time
+        model = build(spec, registry=registry, seed=0)
+    return sum(p.numel() for p in model.parameters())  # tied weights counted once (parameters() dedups)
+
+
+def run_name(index: int, variant: Variant, seed: int) -> str:
+    """A folder name per run: its index (unique) and its values, made safe for any file system."""
+    text = "_".join(f"{k.split('.', 1)[1] if k.endswith('.use') else k}-{v}" for k, v in variant.values.items())
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:80] or "base"
+    return f"{index:02d}-{safe}-seed{seed}"
+
+
+def plan_document(source: str, base: ModelSpec, vary: Mapping[str, Sequence[str]], seeds: Sequence[int],
+                  config: loop.TrainConfig, data: str) -> dict[str, Any]:
+    """What sweep.json records: enough to tell a rerun of the same sweep from a different one."""
+    settings = {k: v for k, v in _config_dict(config).items() if k != "seed"}
+    return {"format": FORMAT, "version": VERSION, "spec": spec_to_dict(base), "spec_file": source,
+            "data": data, "vary": {k: list(v) for k, v in vary.items()}, "seeds": list(seeds), "settings": settings}
+
+
+def _config_dict(config: loop.TrainConfig) -> dict[str, Any]:
+    return attrs.asdict(config)
+
+
+def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequence[str]) -> None:
+    """Refuse ``out`` before any training unless it is new, empty, or this same sweep (or ``force``)."""
+    check_writable_target(out, kind="directory", overwrite=True, inputs=inputs)
+    if not out.exists() or not any(out.iterdir()):
+        return
+    plan_file = out / PLAN_FILE
+    if not plan_file.is_file():
+        raise SweepError(f"{out}: exists and is not a sweep folder (no {PLAN_FILE}); "
+                         "choose a new --out, or empty this one")
+    try:
+        old = json.loads(plan_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        old = {"unreadable": str(error)}
+    if old == plan:
+        return
+    if not force:
+        differs = sorted(k for k in set(old) | set(plan) if old.get(k) != plan.get(k))
+        raise SweepError(f"{out}: holds a different sweep ({', '.join(differs)} differ); rerun with its own "
+                         "arguments to resume it, pass --force to replace it, or choose a new --out")
+    shutil.rmtree(out / RUNS, ignore_errors=True)  # the old plan's runs: --force replaces them
+
+
+# ---------------------------------------------------------------- running
+
+
+def load_dataset(path: str | Path):
+    """A prepared directory (blockspec data prepare), else a UTF-8 text file read as characters."""
+    from blockspec.train.data import CharDataset
+    from blockspec.train.prepared import PreparedDataset
+
+    return PreparedDataset(path) if Path(path).is_dir() else CharDataset.from_file(path)
+
+
+def _saved_step(directory: Path) -> int | None:
+    """The step of the checkpoint in ``directory``, or None when there is none (not started)."""
+    if not (directory / "manifest.json").is_file():
+        return None
+    read_checkpoint_manifest(directory)
+    return int(json.loads(read_extra_file(directory, TRAINING_FILE))["step"])
+
+
+def train_run(variant: Variant, seed: int, directory: Path, data, settings: dict[str, Any], *,
+              registry: Registry, world: World, checkpoint_every: int) -> RunResult:
+    """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record."""
+    config = loop.make_config({**settings, "seed": seed})
+    step = _saved_step(directory)
+    if step is not None and step >= config.steps:
+        return _finished(variant, seed, directory, registry)
+    resume = load_checkpoint(directory, registry) if step is not None else None
+    model = build(variant.spec, registry=registry, seed=config.seed)
+    trainer = loop.Trainer(model, data, config, world=world, resume=resume)
+    seconds_before, first = trainer.train_seconds, trainer.step
+
+    def on_step(trainer: loop.Trainer, loss: float) -> None:
+        if checkpoint_every and trainer.step % checkpoint_every == 0 and trainer.step < config.steps:
+            save_checkpoint(directory, trainer.checkpoint(), overwrite=True)
+
+    trainer.run(on_step=on_step)
+    if not trainer.history.evals or trainer.history.evals[-1].step != trainer.step:
+        trainer.evaluate()  # steps 0, or resumed at the end: still say where the model stands
+    save_checkpoint(directory, trainer.checkpoint(), overwrite=True)
+    return RunResult(variant, seed, directory, trainer.history, _rate(trainer), skipped=False)
+
+
+def _rate(trainer: loop.Trainer) -> float:
+    seconds = trainer.train_seconds
+    return trainer.step * trainer.tokens_per_step / seconds if seconds > 0 else 0.0
+
+
+def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) -> RunResult:
+    training = json.loads(read_extra_file(directory, TRAINING_FILE))
+    history = loop.History.from_dict(training["history"])
+    batch = int(training["config"]["batch_size"])
+    seconds = float(training.get("train_seconds", 0.0))
+    tokens = int(training["step"]) * batch * variant.spec.model.context_length
+    return RunResult(variant, seed, directory, history, tokens / seconds if seconds > 0 else 0.0, skipped=True)
+
+
+def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
+              seeds: Sequence[int] = (0,), settings: Mapping[str, Any] | None = None, force: bool = False,
+              checkpoint_every: int = 0, device: str | torch.device = "cpu", registry: Registry | None = None,
+              report: Callable[[int, int, RunResult], None] | None = None) -> SweepResult:
+    """Train every combination of ``vary`` (dotted spec key -> value texts) for every seed, under ``out``.
+
+    Everything is checked first (keys, values, each variant built, the data, the folder); then the
+    runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
+    resume an interrupted sweep.
+    """
+    from blockspec.interop.sources import load_spec_or_checkpoint
+    from blockspec.registry.loading import load_registry
+
+    registry = registry if registry is not None else load_registry()
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SweepError(f"seeds: expected distinct seeds, found {list(seeds)}")
+    base = load_spec_or_checkpoint(spec, registry)
+    variants = make_variants(base, vary, registry, source=str(spec))
+    config = loop.make_config({**(settings or {}), "seed": seeds[0]})
+    dataset = load_dataset(data)
+    for variant in variants:
+        loop.check_lm_head(registry.get("head", variant.spec.head.name, variant.spec.head.distribution),
+                           source=f"{spec} ({variant.label})")
+        dataset.check_fits(variant.spec.model.vocab_size, variant.spec.model.context_length)
+    folder = Path(out)
+    plan = plan_document(str(spec), base, vary, seeds, config, str(data))
+    prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
+    (folder / RUNS).mkdir(parents=True, exist_ok=True)
+    (folder / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    world = World(device=torch.device(device))
+    jobs = [(v, s) for v in variants for s in seeds]
+    runs = []
+    for number, (variant, seed) in enumerate(jobs, start=1):
+        directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
+        result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
+                           registry=registry, world=world, checkpoint_every=checkpoint_every)
+        runs.append(result)
+        if report is not None:
+            report(number, len(jobs), result)
+    return write_results(folder, variants, runs)
+
+
+# ---------------------------------------------------------------- results
+
+
+def summarize(variants: Sequence[Variant], runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per variant: parameters, final train and validation loss as mean and std over seeds, tokens/s.
+
+    The std is the sample standard deviation (n - 1); 0 with one seed.
+    """
+    rows = []
+    for variant in variants:
+        mine = [r for r in runs if r.variant is variant]
+        train = [r.history.evals[-1].train_loss for r in mine]
+        val = [r.history.evals[-1].val_loss for r in mine]
+        rows.append({**variant.values, "parameters": variant.parameters, "seeds": len(mine),
+                     "train_loss_mean": statistics.fmean(train), "train_loss_std": _std(train),
+                     "val_loss_mean": statistics.fmean(val), "val_loss_std": _std(val),
+                     "tokens_per_s": statistics.fmean(r.tokens_per_s for r in mine)})
+    return rows
+
+
+def _std(values: Sequence[float]) -> float:
+    """Sample std; 0 for one seed; nan when a run diverged (statistics refuses non-finite values)."""
+    if len(values) < 2:
+        return 0.0
+    return statistics.stdev(values) if all(map(math.isfinite, values)) else math.nan
+
+
+def write_results(folder: Path, variants: Sequence[Variant], runs: Sequence[RunResult]) -> SweepResult:
+    rows = summarize(variants, runs)
+    files = [_write_csv(folder / "results.csv", rows), _write_markdown(folder / "results.md", rows)]
+    note = None
+    try:
+        files.append(plot_curves(runs, folder / "results.png"))
+    except ImportError:
+        note = "no results.png: plots need matplotlib (pip install 'blockspec[plot]')"
+    return SweepResult(list(runs), rows, files, note)
+
+
+def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _write_markdown(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    keys = [k for k in rows[0] if k not in _NUMBERS]
+    header = [*keys, "parameters", "seeds", "train loss", "val loss", "tokens/s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [*(str(row[k]) for k in keys), f"{row['parameters']:,}", str(row["seeds"]),
+                 f"{row['train_loss_mean']:.4f} ± {row['train_loss_std']:.4f}",
+                 f"{row['val_loss_mean']:.4f} ± {row['val_loss_std']:.4f}", f"{row['tokens_per_s']:,.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+_NUMBERS = ("parameters", "seeds", "train_loss_mean", "train_loss_std", "val_loss_mean", "val_loss_std",
+            "tokens_per_s")
+
+
+def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
+    """Validation loss against step, one colour per variant, one line per seed. ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(8, 5))
+    labels: dict[str, str] = {}
+    for run in runs:
+        color = labels.setdefault(run.variant.label, f"C{len(labels) % 10}")
+        first = sum(r.variant.label == run.variant.label for r in runs[:runs.index(run)]) == 0
+        axes.plot([e.step for e in run.history.evals], [e.val_loss for e in run.history.evals], "o-", ms=3,
+                  color=color, label=run.variant.label if first else None)
+    axes.set(xlabel="step", ylabel="validation cross-entropy (nats / token)", title="sweep: validation loss")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.savefig(path, dpi=110, bbox_inches="tight")
+    pyplot.close(figure)
+    return path
