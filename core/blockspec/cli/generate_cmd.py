@@ -21,11 +21,11 @@ def add_parser(subparsers) -> None:
     prompt.add_argument("--prompt", metavar="TEXT", help="text to continue, in the checkpoint's tokenizer")
     prompt.add_argument("--ids", metavar="IDS", help="token ids to continue, comma-separated (1,2,3): for a "
                         "checkpoint without a tokenizer; prints ids")
-    parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="characters to add (default: "
+    parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="tokens to add (default: "
                         "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
                         help="0: greedy (default 0.8)")
-    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest characters")
+    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest tokens")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length characters "

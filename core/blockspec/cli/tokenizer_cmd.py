@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=args.files)
     check_text_files(args.files)
     texts = (text for path in args.files for text in chunks(path))
-    tokenizer = train_bpe(texts, args.vocab_size, source=args.files[0])
+    with flag_names({"vocab_size:": "--vocab-size:"}):
+        tokenizer = train_bpe(texts, args.vocab_size, source=args.files[0])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / TOKENIZER_FILE).write_bytes(tokenizer.data)
