@@ -53,7 +53,9 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
     ffn = moe_parameters(spec) if spec.ffn.name == "moe" else None
-    return model_parameters(m, positional=positional, norm=norm, attention=attention_parameters(m, spec.attention.config),
+    causal = spec.attention.config  # the built-in attention's options
+    attention = attention_parameters(m, qkv_bias=causal.qkv_bias, out_bias=causal.out_bias, qk_norm=causal.qk_norm)
+    return model_parameters(m, positional=positional, norm=norm, attention=attention,
                             head=head, gated=spec.activation.name in GATED, ffn=ffn, norms=block_norms(spec))
 
 

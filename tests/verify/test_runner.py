@@ -17,8 +17,9 @@ def test_every_promise_has_a_meaning_and_a_property_that_checks_it():
     assert set(PROMISE_MEANINGS) == {(kind, p) for kind, promises in PROMISES.items() for p in promises}
     checked = {(p.kind, p.promise) for p in PROPERTIES if p.promise}
     implied = {("positional", "additive"), ("positional", "rotary"), ("positional", "score_bias"),
-               ("positional", "unbounded"), ("head", "lm"), ("head", "tied"), ("head", "classifier")}
-    # the contract and context_limit checks read these; tied has its own `when` rule
+               ("positional", "unbounded"), ("head", "lm"), ("head", "tied"), ("head", "tie_option"),
+               ("head", "classifier")}
+    # the contract and context_limit checks read these; tied and tie_option share the tied property's `when` rule
     assert set(PROMISE_MEANINGS) - checked <= implied
 
 
@@ -29,7 +30,7 @@ def test_an_undeclared_promise_is_not_applicable_not_passed(registry):
     assert "does not promise 'relative'" in result.message
 
 
-def test_the_tied_check_follows_the_lm_heads_tied_field(registry):
+def test_the_tied_check_follows_the_lm_heads_promised_tie_option(registry):
     lm = registry.get("head", "lm")
     assert find("tied", "head").applies(lm)
     assert check(lm, find("tied", "head"), max_examples=10).status == "passed"

@@ -72,5 +72,6 @@ def build_dense_ffn(config: DenseFFNConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register) -> None:
-    register("attention", "causal", CausalAttentionConfig, build_causal_attention, promises=("causal",))
+    register("attention", "causal", CausalAttentionConfig, build_causal_attention,
+             promises=("causal", "sliding_window", "logit_softcap", "qk_norm"))
     register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise",))

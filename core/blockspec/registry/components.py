@@ -10,7 +10,7 @@ import attrs
 from attrs import field, frozen
 
 from blockspec.errors import RegistrationError
-from blockspec.spec.kinds import KINDS, PROMISES, REQUIRES
+from blockspec.spec.kinds import KINDS, PROMISED_FIELDS, PROMISES, REQUIRES
 
 
 @frozen(kw_only=True)
@@ -87,6 +87,18 @@ def _check_promises(component: Component) -> None:
             raise RegistrationError(
                 f"{component.kind}:{component.name}: promise {promise!r} needs {needed!r} as well; "
                 f"write promises=({needed!r}, {promise!r}, ...)"
+            )
+        _check_promised_fields(component, promise)
+
+
+def _check_promised_fields(component: Component, promise: str) -> None:
+    """A promise about an option reads it from the config fields it names: the config class must have them."""
+    fields = attrs.fields_dict(component.config_cls)
+    for name in PROMISED_FIELDS.get((component.kind, promise), ()):
+        if name not in fields:
+            raise RegistrationError(
+                f"{component.kind}:{component.name}: promise {promise!r} reads the config field {name!r}, "
+                f"which {component.config_cls.__name__} lacks; name the field {name!r} or drop the promise"
             )
 
 

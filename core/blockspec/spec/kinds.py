@@ -26,18 +26,40 @@ SECTIONS: tuple[str, ...] = KINDS
 
 PROMISES = MappingProxyType(
     {
-        "positional": frozenset({"additive", "rotary", "norm_preserving", "score_bias", "relative", "unbounded"}),
-        "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms"}),
+        "positional": frozenset({"additive", "rotary", "norm_preserving", "score_bias", "relative", "unbounded",
+                                 "partial_rotary", "rope_frequencies"}),
+        "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms", "offset_init"}),
         "activation": frozenset({"elementwise", "gated"}),
-        "head": frozenset({"lm", "tied", "classifier"}),
-        "attention": frozenset({"causal"}),
-        "block": frozenset({"residual", "causal"}),
+        "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap"}),
+        "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm"}),
+        "block": frozenset({"residual", "causal", "parallel"}),
         "ffn": frozenset({"position_wise", "mixture"}),
     }
 )
 
 # Promises that only make sense with another one of the same kind: registering one without it is refused.
-REQUIRES = MappingProxyType({("positional", "norm_preserving"): "rotary"})
+REQUIRES = MappingProxyType({
+    ("positional", "norm_preserving"): "rotary",
+    ("positional", "partial_rotary"): "rotary",
+    ("positional", "rope_frequencies"): "rotary",
+})
+
+# Promises about an option: the config fields whose values the promise gives a meaning (PROMISE_MEANINGS says
+# which), so the kit reads the option from the fields the component chose to promise, never by a field's name
+# alone. Registering such a promise with a config class that lacks one of its fields is refused.
+ROPE_FIELDS = ("base", "layout", "scaling", "factor", "original_context_length", "low_freq_factor",
+               "high_freq_factor", "attention_factor", "beta_fast", "beta_slow", "truncate")
+PROMISED_FIELDS = MappingProxyType({
+    ("positional", "partial_rotary"): ("fraction",),
+    ("positional", "rope_frequencies"): ROPE_FIELDS,
+    ("norm", "offset_init"): ("offset",),
+    ("head", "tie_option"): ("tied",),
+    ("head", "logit_softcap"): ("logit_softcap",),
+    ("attention", "sliding_window"): ("sliding_window",),
+    ("attention", "logit_softcap"): ("logit_softcap",),
+    ("attention", "qk_norm"): ("qk_norm",),
+    ("ffn", "mixture"): ("n_experts", "top_k"),
+})
 
 # What each promise means, as the conformance kit (blockspec.testing) checks it.
 PROMISE_MEANINGS = MappingProxyType(
@@ -49,22 +71,46 @@ PROMISE_MEANINGS = MappingProxyType(
         ("positional", "score_bias"): "score_bias() adds to the attention scores",
         ("positional", "relative"): "what position p+k gets is a fixed function of what p gets, for every p",
         ("positional", "unbounded"): "max_positions is None: any position works",
+        ("positional", "partial_rotary"): ("config field `fraction` (1: every feature): below 1, rotate() leaves each "
+                                           "head's features past the module's rotary_dim unchanged; needs 'rotary'"),
+        ("positional", "rope_frequencies"): ("the config is RoPE's: `base`, `layout` (\"half\" or \"interleaved\"), "
+                                             "`scaling` (\"none\", \"linear\", \"dynamic\", \"llama3\", \"yarn\") "
+                                             "and its options `factor`, `original_context_length`, `low_freq_factor`, "
+                                             "`high_freq_factor`, `attention_factor`, `beta_fast`, `beta_slow`, "
+                                             "`truncate`, as transformers' rope types mean them: rotate() turns "
+                                             "feature pair i by that scaling's θ_i, cos and sin times yarn's "
+                                             "attention factor; needs 'rotary'"),
         ("norm", "scale_invariant"): "norm(c·x) == norm(x) for c > 0",
         ("norm", "shift_invariant"): "norm(x + s) == norm(x) for a per-token constant s",
         ("norm", "standardizes"): "freshly built: every token's output has mean 0 and variance 1",
         ("norm", "unit_rms"): "freshly built: every token's output has root mean square 1",
+        ("norm", "offset_init"): ("config field `offset` (bool): true scales by (1 + w) with w stored as 0 when "
+                                  "freshly built (Gemma's RMSNorm): the module's weight, if any, is 0 and every "
+                                  "token's output has root mean square 1"),
         ("activation", "elementwise"): ("(..., d_ff) -> (..., d_ff), output feature j of each token computed "
                                         "from input feature j of that token alone"),
         ("activation", "gated"): "(..., 2·d_ff) -> (..., d_ff); the module's ``gated`` flag is set",
         ("head", "lm"): "(B, N, d) -> logits (B, N, |V|), token by token",
         ("head", "tied"): "the output matrix is the token embedding's storage",
+        ("head", "tie_option"): ("config field `tied` (bool): true, the output matrix is the token embedding's "
+                                 "storage; false, the head holds its own"),
+        ("head", "logit_softcap"): "config field `logit_softcap` c (None: off): no logit exceeds c in magnitude",
         ("head", "classifier"): "(B, N, d) -> (B, C)",
         ("attention", "causal"): "output at position i depends on positions <= i only",
+        ("attention", "sliding_window"): ("config field `sliding_window` w (None: off): the output at i ignores the "
+                                          "tokens before i - w + 1, cached or not"),
+        ("attention", "logit_softcap"): ("config field `logit_softcap` c (None: off): no score from the module's "
+                                         "scores(q, k) exceeds c in magnitude"),
+        ("attention", "qk_norm"): ("config field `qk_norm` (\"none\", \"head\", \"all\"): q and k from "
+                                   "project() have root mean square 1 per head (\"head\") or per token over all "
+                                   "heads (\"all\"), divided by the learned scales q_norm.weight, k_norm.weight"),
         ("block", "residual"): "with sublayers that output zero, the block is the identity",
         ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
+        ("block", "parallel"): ("block(x) = x + attn(norm1(x)) + ffn(norm2(x)), with the module's own attn, ffn, "
+                                "norm1 and norm2 (no norm2: norm1 serves both)"),
         ("ffn", "position_wise"): "each token's output depends on that token alone",
         ("ffn", "mixture"): ("a routed mixture of experts (router, top_k, renormalize, up, down, act, "
-                             "shared_output; config fields n_experts, top_k): the output is the top-k softmax-weighted "
+                             "shared_output; config fields `n_experts`, `top_k`): the output is the top-k softmax-weighted "
                              "sum of the chosen experts plus the shared part"),
     }
 )

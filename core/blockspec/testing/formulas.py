@@ -7,20 +7,21 @@ nothing of its own).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 from blockspec.spec.schema import ModelConfig
 
 
-def attention_parameters(model: ModelConfig, attention: Any = None) -> int:
-    """Fused qkv (d -> h·hs + 2·kv·hs) and the output projection (h·hs -> d), with biases if any; with the
-    built-in attention's config, its qkv_bias/out_bias and the qk-norm scales (hs each, or the heads' widths)."""
+def attention_parameters(model: ModelConfig, *, qkv_bias: bool | None = None, out_bias: bool | None = None,
+                         qk_norm: Literal["none", "head", "all"] = "none") -> int:
+    """Fused qkv (d -> h·hs + 2·kv·hs) and the output projection (h·hs -> d), with biases if any
+    (``qkv_bias``/``out_bias`` None: [model] bias) and the qk-norm scales (hs each, or the heads' widths).
+
+    The options are arguments, not read off a config by field name: the caller knows which config it holds."""
     d, width, kv_width = model.d_model, model.n_heads * model.head_dim, 2 * model.kv_heads * model.head_dim
     weights = d * (width + kv_width) + width * d
-    qkv_bias, out_bias = getattr(attention, "qkv_bias", None), getattr(attention, "out_bias", None)
     qkv_bias = model.bias if qkv_bias is None else qkv_bias
     out_bias = model.bias if out_bias is None else out_bias
-    qk_norm = getattr(attention, "qk_norm", "none")
     norms = {"none": 0, "head": 2 * model.head_dim, "all": width + kv_width // 2}[qk_norm]
     return weights + (width + kv_width if qkv_bias else 0) + (d if out_bias else 0) + norms
 

@@ -94,6 +94,6 @@ def blockspec_register(register: Register) -> None:
     promises = ("residual", "causal")
     register("block", "pre", PreConfig, build_pre, promises=promises)
     register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x
-    register("block", "parallel", ParallelConfig, build_parallel, promises=promises)
+    register("block", "parallel", ParallelConfig, build_parallel, promises=(*promises, "parallel"))
     register("block", "sandwich", SandwichConfig, build_sandwich, promises=promises)
     register("block", "output_norm", OutputNormConfig, build_output_norm, promises=promises)

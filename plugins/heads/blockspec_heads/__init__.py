@@ -53,5 +53,5 @@ def build_classifier(config: ClassifierConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("head", "lm", LMHeadConfig, build_lm, promises=("lm",))
+    register("head", "lm", LMHeadConfig, build_lm, promises=("lm", "tie_option", "logit_softcap"))
     register("head", "classifier", ClassifierConfig, build_classifier, promises=("classifier",))

@@ -131,4 +131,4 @@ def blockspec_register(register: Register) -> None:
     register("positional", "sinusoidal", SinusoidalConfig, build_sinusoidal,
              promises=("additive", "relative", "unbounded"))
     register("positional", "rope", RopeConfig, build_rope,
-             promises=("rotary", "norm_preserving", "relative", "unbounded"))
+             promises=("rotary", "norm_preserving", "relative", "unbounded", "partial_rotary", "rope_frequencies"))

@@ -144,3 +144,15 @@ CORPUS.mutant("attention", "qk_norm_no_sqrt", CausalAttentionConfig, attention_a
               catches="qk_norm", bug="per-head qk norm divides by the mean square, not its root")
 CORPUS.mutant("attention", "qk_norm_no_transpose", CausalAttentionConfig, attention_as(QKNormNoTranspose),
               like=CAUSAL, catches="qk_norm", bug="the all-heads qk norm joins (B, h, N, hs) without the transpose")
+
+
+class SoftcapScaledUncapped(CausalSelfAttention):
+    def scores(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.query_scale is None:
+            return super().scores(q, k, bias)
+        scores = q @ self._repeat_kv(k).transpose(-2, -1) * self.query_scale  # (B, h, N, N)
+        return scores if bias is None else scores + bias  # BUG: the explicit query_scale path forgets the cap
+
+
+CORPUS.mutant("attention", "softcap_scaled_uncapped", CausalAttentionConfig, attention_as(SoftcapScaledUncapped),
+              like=CAUSAL, catches="logit_softcap", bug="with a query_scale set, the scores are never soft-capped")

@@ -7,8 +7,8 @@ import blockspec_blocks
 import blockspec_extras
 import torch
 from attrs import field, frozen
-from blockspec_blocks import OutputNormConfig, PreConfig, SandwichConfig
-from blockspec_blocks.modules import OutputNormBlock, SandwichBlock
+from blockspec_blocks import OutputNormConfig, ParallelConfig, PreConfig, SandwichConfig
+from blockspec_blocks.modules import OutputNormBlock, ParallelBlock, SandwichBlock
 from blockspec_extras import ReZeroConfig
 from blockspec_extras.rezero import ReZeroBlock
 
@@ -19,6 +19,7 @@ CORPUS = Corpus()
 PRE = declared(blockspec_blocks, "block", "pre")
 SANDWICH = declared(blockspec_blocks, "block", "sandwich")
 OUTPUT_NORM = declared(blockspec_blocks, "block", "output_norm")
+PARALLEL = declared(blockspec_blocks, "block", "parallel")
 REZERO = declared(blockspec_extras, "block", "rezero")
 PRE_PARTS = ("norm1", "attn", "norm2", "ffn")
 
@@ -124,3 +125,21 @@ CORPUS.mutant("block", "rezero_alpha_on_stream", ReZeroConfig, build_alpha_on_st
 CORPUS.mutant("block", "output_norm_forgets_cache", OutputNormConfig,
               block_as(ForgetsCache, ("attn", "norm1", "ffn", "norm2")), like=OUTPUT_NORM, catches=MODEL_CACHE,
               bug="the attention is called without the layer's cache")
+
+
+class ParallelInSequence(ParallelBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        a = attend(self.attn, self.norm1(x), positional, start, cache)
+        g = (self.norm1 if self.shared_norm else self.norm2)(x + a)  # BUG: the FFN reads x + attn, in sequence
+        return x + self.drop(a) + self.drop(self.ffn(g))
+
+
+def build_parallel_in_sequence(config: ParallelConfig, ctx: BuildContext) -> ParallelBlock:
+    names = ("norm1", "attn", "ffn") if config.shared_norm else ("norm1", "attn", "norm2", "ffn")
+    parts = _parts(ctx, names)
+    return ParallelInSequence(norm2=parts.pop("norm2", None), dropout=ctx.layer.dropout, **parts)
+
+
+CORPUS.mutant("block", "parallel_in_sequence", ParallelConfig, build_parallel_in_sequence, like=PARALLEL,
+              catches="parallel", bug="the FFN's norm reads x + attn(norm1(x)), not x: a sequential block")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import blockspec_norms
 import torch
+from attrs import field, frozen
 from blockspec_norms import LayerNormConfig, RMSNormConfig
 from blockspec_norms.modules import OffsetRMSNorm
 from torch import nn
 
-from blockspec.plugin import BuildContext
+from blockspec.plugin import BuildContext, greater_than
 from tests.verify.corpus import DTYPES, Corpus, declared
 
 CORPUS = Corpus()
@@ -124,3 +125,22 @@ CORPUS.mutant("norm", "rmsnorm_never_cast_back", RMSNormConfig, rmsnorm_as(Never
               catches=DTYPES, bug="upcasts half precision to float32 and never casts back")
 CORPUS.mutant("norm", "rmsnorm_offset_ones", RMSNormConfig, rmsnorm_as(nn.RMSNorm, offset=OnesOffset), like=RMSNORM,
               catches="offset_init", bug="offset = true stores w = 1, so the scale 1 + w starts at 2")
+
+
+# --- correct: a field named like a promised option, meaning something else (issue 21, bug 7) -----------
+
+@frozen(kw_only=True)
+class ShiftedLayerNormConfig:
+    """LayerNorm whose learned shift β is called ``offset`` (on by default): not Gemma's 1 + w."""
+
+    eps: float = field(default=1e-5, validator=greater_than(0.0))
+    offset: bool = True
+
+
+def build_shifted_layernorm(config: ShiftedLayerNormConfig, ctx: BuildContext) -> nn.LayerNorm:
+    return nn.LayerNorm(ctx.model.d_model, eps=config.eps, bias=config.offset)  # γ starts at 1, β at 0
+
+
+CORPUS.correct("norm", "layernorm_offset_shift", ShiftedLayerNormConfig, build_shifted_layernorm, promises=LAYERNORM,
+               why="its field `offset` is a learned shift, and it does not promise offset_init: the kit reads "
+                   "an option only from a field whose promise the component makes")

@@ -166,6 +166,8 @@ CORPUS.mutant("positional", "rope_tail_turns", RopeConfig, rope_as(RopeTailTurns
               catches="partial_rotary", bug="with fraction < 1 the last rotary_dim features turn, not the first")
 CORPUS.mutant("positional", "rope_upcast", RopeConfig, rope_as(RopeUpcast), like=ROPE, catches=DTYPES,
               bug="cos/sin never cast to q's dtype: past the cached table, half-precision q comes back float32")
+CORPUS.mutant("positional", "rope_scaling_dropped", RopeConfig, rope_as(RotaryPositions), like=ROPE,
+              catches="rope_frequencies", bug="the scaling and its options are never passed to the encoder")
 
 
 # --- mutants of sinusoidal and learned ---------------------------------------------------------------

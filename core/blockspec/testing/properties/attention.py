@@ -11,7 +11,7 @@ from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 from blockspec.testing.harness import assume, exercise, normal
 from blockspec.testing.properties.base import (
-    LEAK_DTYPES, Property, assert_close, assert_like, assert_shape, assert_unchanged, has_field, sequence_cases,
+    LEAK_DTYPES, Property, assert_close, assert_like, assert_shape, assert_unchanged, promised_option, sequence_cases,
 )
 
 
@@ -52,17 +52,17 @@ def check_weights(component: Component, case: Case, device: str) -> None:
     assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), "row sums", atol=1e-5, rtol=0)
 
 
-def _option(case: Case, name: str, off: object = None) -> object:
-    """A config option of the drawn case; the check is no example when the option is off."""
-    value = getattr(case.config, name, off)
-    assume(value != off, f"the config's {name} is off")
+def _option(component: Component, case: Case, promise: str, off: object = None) -> object:
+    """The promised option of the drawn case; the check is no example when the option is off."""
+    value = promised_option(component, case, promise)
+    assume(value != off, f"the config's {promise} is off")
     return value
 
 
 def check_sliding_window(component: Component, case: Case, device: str) -> None:
     """With sliding_window w: the output at i ignores the tokens before i - w + 1, cached or not,
     and decoding through a KV cache gives the uncached outputs."""
-    window = _option(case, "sliding_window")
+    window = _option(component, case, "sliding_window")
     assume(case.cut + window < case.tokens, "no output lies a window past the changed tokens")
     built, (x, ), found = exercise(component, case, device)
     changed = x.clone()
@@ -89,7 +89,7 @@ def _cached(module, x: torch.Tensor, case: Case) -> torch.Tensor:
 
 def check_logit_softcap(component: Component, case: Case, device: str) -> None:
     """With logit_softcap c: no score the softmax sees exceeds c in magnitude (computed by ``scores``)."""
-    cap = _option(case, "logit_softcap")
+    cap = _option(component, case, "logit_softcap")
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     if not (hasattr(module, "project") and hasattr(module, "scores")):
@@ -103,7 +103,7 @@ def check_logit_softcap(component: Component, case: Case, device: str) -> None:
 
 def check_qk_norm(component: Component, case: Case, device: str) -> None:
     """With qk_norm: every head's q and k (per head, or all heads joined) have RMS 1 before the learned scale."""
-    mode = _option(case, "qk_norm", "none")
+    mode = _option(component, case, "qk_norm", "none")
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     if not (hasattr(module, "project") and hasattr(module, "q_norm")):
@@ -126,13 +126,11 @@ ATTENTION = (
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
              summary="row 0 is [1, 0, ...], no weight above the diagonal"),
-    Property(name="sliding_window", when=has_field("sliding_window"),
-             cases=sequence_cases, kind="attention", check=check_sliding_window,
+    Property(name="sliding_window", cases=sequence_cases, kind="attention", promise="sliding_window",
+             check=check_sliding_window,
              summary="with sliding_window w: output at i ignores tokens before i - w + 1, cached or not"),
-    Property(name="logit_softcap", when=has_field("logit_softcap"),
-             kind="attention", check=check_logit_softcap,
+    Property(name="logit_softcap", kind="attention", promise="logit_softcap", check=check_logit_softcap,
              summary="with logit_softcap c: no score exceeds c"),
-    Property(name="qk_norm", when=has_field("qk_norm"),
-             kind="attention", check=check_qk_norm,
+    Property(name="qk_norm", kind="attention", promise="qk_norm", check=check_qk_norm,
              summary="with qk_norm: q and k have unit RMS before the learned scale"),
 )

@@ -11,6 +11,7 @@ import torch
 from attrs import field, frozen
 
 from blockspec.registry.components import Component
+from blockspec.spec.kinds import PROMISED_FIELDS
 from blockspec.testing.cases import DTYPES, Case
 from blockspec.testing.errors import NotApplicable, PropertyFailure
 
@@ -103,17 +104,16 @@ class Property:
         return PropertyFailure(name, f"{component.distribution} {component.version}", self.name, detail)
 
 
-def has_field(name: str) -> Callable[[Component], bool]:
-    """A ``when`` for option properties: the component's config has the field ``name`` (the check then
-    assumes the drawn config turns it on)."""
+def promised_option(component: Component, case: Case, promise: str) -> object:
+    """The drawn value of the option ``promise`` is about: the config field it names (``PROMISED_FIELDS``).
 
-    def when(component: Component) -> bool:
-        import attrs
-
-        return attrs.has(component.config_cls) and name in attrs.fields_dict(component.config_cls)
-
-    when.__doc__ = f"the config has a {name!r} field"
-    return when
+    Read only where the component makes the promise, so a field that merely shares the name means nothing
+    to the kit (issue 21, bug 7: a norm's unrelated ``offset`` field was failed as Gemma's 1 + w).
+    """
+    if promise not in component.promises:
+        raise LookupError(f"{component.kind}:{component.name} does not promise {promise!r}")
+    name = PROMISED_FIELDS[(component.kind, promise)][0]
+    return getattr(case.config, name)
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,

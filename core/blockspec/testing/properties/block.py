@@ -31,7 +31,7 @@ def check_residual(component: Component, case: Case, device: str) -> None:
 
 
 def check_parallel(component: Component, case: Case, device: str) -> None:
-    """The parallel block is x + attn(norm1(x)) + ffn(norm2(x)), norm2 being norm1 with shared_norm."""
+    """A 'parallel' block is x + attn(norm1(x)) + ffn(norm2(x)), norm2 being norm1 where it has none."""
     built, (x,), found = exercise(component, case, device)
     block, positional = built.module, PositionalEncoding()
     norm2 = block.norm2 if hasattr(block, "norm2") else block.norm1
@@ -47,6 +47,6 @@ BLOCK = (
     Property(name="causal", cases=sequence_cases, kind="block", promise="causal", check=check_causal,
              weights="trained", dtypes=LEAK_DTYPES,
              summary="outputs up to i ignore tokens after i"),
-    Property(name="parallel", kind="block", check=check_parallel, when=lambda c: c.name == "parallel",
+    Property(name="parallel", kind="block", promise="parallel", check=check_parallel,
              summary="x + attn(norm1(x)) + ffn(norm2(x))"),
 )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import attrs
 import torch
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.harness import assume, exercise, normal
 from blockspec.testing.properties.base import (
-    LEAK_DTYPES, Property, assert_like, assert_shape, assert_unchanged, has_field, sequence_cases,
+    LEAK_DTYPES, Property, assert_like, assert_shape, assert_unchanged, promised_option, sequence_cases,
 )
 
 
@@ -49,14 +48,16 @@ def check_positionwise(component: Component, case: Case, device: str) -> None:
                      f"logits at positions 0..{case.cut} after changing positions {keep}..")
 
 
-def ties(component: Component, config: object) -> bool:
-    """Tied always when promised; otherwise as a boolean ``tied`` config field says."""
-    return "tied" in component.promises or getattr(config, "tied", False) is True
+def ties(component: Component, case: Case) -> bool:
+    """Tied always when 'tied' is promised; with 'tie_option', as the promised option says."""
+    if "tied" in component.promises:
+        return True
+    return "tie_option" in component.promises and promised_option(component, case, "tie_option") is True
 
 
-def _has_tied_field(component: Component) -> bool:
-    """neither promises 'tied' nor has a 'tied' config field"""
-    return "tied" in component.promises or "tied" in attrs.fields_dict(component.config_cls)
+def _tying_promised(component: Component) -> bool:
+    """promises neither 'tied' nor 'tie_option'"""
+    return bool({"tied", "tie_option"} & component.promises)
 
 
 def check_tied(component: Component, case: Case, device: str) -> None:
@@ -64,7 +65,7 @@ def check_tied(component: Component, case: Case, device: str) -> None:
     built, (x,), found = exercise(component, case, device)
     weight = built.embedding.weight
     shared = [name for name, p in built.module.named_parameters() if p.data_ptr() == weight.data_ptr()]
-    if not ties(component, case.config):
+    if not ties(component, case):
         if shared:
             raise AssertionError(f"configured untied, but {shared} share storage with the token embedding")
         return
@@ -79,7 +80,7 @@ def check_tied(component: Component, case: Case, device: str) -> None:
 
 def check_logit_softcap(component: Component, case: Case, device: str) -> None:
     """With logit_softcap c: no logit exceeds c in magnitude, however large the input."""
-    cap = getattr(case.config, "logit_softcap", None)
+    cap = promised_option(component, case, "logit_softcap")
     assume(cap is not None, "the config caps no logits")
     built, (x,), _ = exercise(component, case, device)
     with torch.no_grad():
@@ -94,9 +95,8 @@ HEAD = (
     Property(name="positionwise", cases=sequence_cases, kind="head", promise="lm", check=check_positionwise,
              weights="trained", dtypes=LEAK_DTYPES,
              summary="logits at i see only position i (no future leak)"),
-    Property(name="tied", kind="head", when=_has_tied_field, check=check_tied,
-             summary="tied (promised, or config tied = true) shares the embedding's storage; untied does not"),
-    Property(name="logit_softcap", when=has_field("logit_softcap"),
-             kind="head", check=check_logit_softcap,
+    Property(name="tied", kind="head", when=_tying_promised, check=check_tied,
+             summary="tied (promised, or tie_option on) shares the embedding's storage; untied does not"),
+    Property(name="logit_softcap", kind="head", promise="logit_softcap", check=check_logit_softcap,
              summary="with logit_softcap c: no logit exceeds c"),
 )

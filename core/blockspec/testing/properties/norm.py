@@ -7,7 +7,7 @@ import torch
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.harness import build_isolated, exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, has_field
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, promised_option
 
 TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 
@@ -73,10 +73,11 @@ def check_unit_rms(component: Component, case: Case, device: str) -> None:
 
 
 def check_offset_init(component: Component, case: Case, device: str) -> None:
-    """With offset = true: the stored weight w starts at 0 (the scale 1 + w at 1) and tokens come out at RMS 1."""
+    """With the promised offset on: the stored weight w starts at 0 (the scale 1 + w at 1) and tokens come out
+    at RMS 1."""
     from blockspec.testing.harness import assume
 
-    assume(bool(getattr(case.config, "offset", False)), "the config has no offset")
+    assume(bool(promised_option(component, case, "offset_init")), "the config's offset is off")
     module, _, y = _norm(component, case, device)
     weight = getattr(module, "weight", None)
     if weight is not None:
@@ -95,7 +96,6 @@ NORM = (
              summary="fresh: mean 0, variance 1 per token"),
     Property(name="unit_rms", kind="norm", promise="unit_rms", check=check_unit_rms, weights="fresh",
              summary="fresh: root mean square 1 per token"),
-    Property(name="offset_init", when=has_field("offset"),
-             kind="norm", check=check_offset_init, weights="fresh",
+    Property(name="offset_init", kind="norm", promise="offset_init", check=check_offset_init, weights="fresh",
              summary="with offset = true: (1 + w) with w = 0 at init, RMS 1 per token"),
 )

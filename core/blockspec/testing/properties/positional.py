@@ -10,7 +10,7 @@ from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 from blockspec.testing.harness import assume, build_isolated, clamp_start, exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, has_field
+from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, promised_option
 
 FLAGS = {"additive": "adds", "rotary": "rotates", "score_bias": "biases"}
 
@@ -126,9 +126,9 @@ def check_rotation_norms(component: Component, case: Case, device: str) -> None:
 
 
 def check_partial_rotary(component: Component, case: Case, device: str) -> None:
-    """With fraction < 1: the features past the encoder's rotary_dim leave rotate() unchanged, the first
-    rotary_dim do not all stay (``relative`` and ``rotation_norms`` cover the rotated part)."""
-    assume(getattr(case.config, "fraction", 1.0) < 1.0, "the config rotates every feature")
+    """With the promised fraction < 1: the features past the encoder's rotary_dim leave rotate() unchanged
+    (``relative`` and ``rotation_norms`` cover the rotated part)."""
+    assume(promised_option(component, case, "partial_rotary") < 1.0, "the config rotates every feature")
     built, (_, q, k), found = exercise(component, case, device)
     rotary_dim = getattr(built.module, "rotary_dim", None)
     if rotary_dim is None:
@@ -198,8 +198,7 @@ POSITIONAL = (
              summary="PE(p+k) is a fixed linear map of PE(p); scores and biases depend on offsets only"),
     Property(name="rotation_norms", kind="positional", promise="norm_preserving", check=check_rotation_norms,
              summary="rotating q and k preserves their lengths (times attention_factor, if any)"),
-    Property(name="partial_rotary", when=has_field("fraction"),
-             kind="positional", promise="rotary", check=check_partial_rotary,
+    Property(name="partial_rotary", kind="positional", promise="partial_rotary", check=check_partial_rotary,
              summary="with fraction < 1: the features past rotary_dim pass unchanged"),
     Property(name="context_limit", kind="positional", check=check_context_limit,
              summary="unbounded: works far past the context; otherwise ContextLengthError past max_positions"),

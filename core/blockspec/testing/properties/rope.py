@@ -105,16 +105,7 @@ def check_rope_frequencies(component: Component, case: Case, device: str) -> Non
                  f"scaling {config.scaling!r}: cos/sin magnitude", atol=1e-6, rtol=1e-6)
 
 
-def _scaled_rope(component: Component) -> bool:
-    """the config has rope's scaling, base and layout fields"""
-    import attrs
-
-    names = attrs.fields_dict(component.config_cls) if attrs.has(component.config_cls) else {}
-    return {"scaling", "base", "layout"} <= set(names)
-
-
 ROPE = (
-    Property(name="rope_frequencies", kind="positional", promise="rotary", when=_scaled_rope,
-             check=check_rope_frequencies,
+    Property(name="rope_frequencies", kind="positional", promise="rope_frequencies", check=check_rope_frequencies,
              summary="each pair turns by its RoPE scaling's θ_i (linear, dynamic, llama3, yarn), cos/sin scaled"),
 )
