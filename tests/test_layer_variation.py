@@ -355,3 +355,10 @@ def test_evolve_of_the_layer_count_reselects_the_entries(registry):
     longer = attrs.evolve(spec, model=attrs.evolve(spec.model, n_layers=6))
     assert [longer.layer(i).block.name for i in range(6)] == ["pre", "pre"] + ["parallel"] * 4
     assert len(blockspec.build(longer, registry=registry, seed=0).blocks) == 6
+
+
+def test_evolve_to_a_table_an_entry_cannot_apply_to_says_which_entry_and_layer(registry):
+    spec = spec_of('\n[block]\nuse = "parallel"\n\n[[layers]]\nindex = [1]\nblock = { shared_norm = true }\n', registry)
+    with pytest.raises(ValueError, match=r"\[\[layers\]\] entry 0 gives layer 1 a block table 'blockspec:pre' "
+                                         r"cannot hold: .*shared_norm"):
+        attrs.evolve(spec, block=spec_of("", registry).block)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from attrs import field, frozen
 
 from blockspec.errors import FieldError
+from blockspec.spec.problems import flatten
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check, FieldErrors
 
@@ -223,20 +224,19 @@ def merged_table(base: ComponentSpec, rules: Sequence[LayerRule | None], kind: s
     An entry that gives ``use`` starts afresh from its own fields. The one rule for what a layer
     is built from: the reader checks its result, and ModelSpec derives its layers from it.
     """
+    touching = [k for k, rule in enumerate(rules) if rule is not None and kind in rule.overrides and rule.selects(layer)]
+    if not touching:
+        return None
     choice = ComponentChoice(kind=kind, name=base.name, distribution=base.distribution, config_cls=type(base.config))
     fields = CONVERTER.unstructure(base.config)
     origin: dict[str, int | None] = dict.fromkeys(fields)
-    last = None
-    for k, rule in enumerate(rules):
-        if rule is None or kind not in rule.overrides or not rule.selects(layer):
-            continue
-        override = rule.overrides[kind]
+    for k in touching:
+        override = rules[k].overrides[kind]  # type: ignore[union-attr]
         if override.use is not None:  # another component (or a fresh one): none of the fields before apply
             choice, fields, origin = override.use, {}, {}
         fields = {**fields, **override.fields}
         origin.update(dict.fromkeys(override.fields, k))
-        last = k
-    return None if last is None else MergedTable(choice=choice, fields=fields, origin=origin, last=last)
+    return MergedTable(choice=choice, fields=fields, origin=origin, last=touching[-1])
 
 
 @frozen(kw_only=True)
@@ -305,8 +305,10 @@ def _layer_component(spec: ModelSpec, kind: str, layer: int,
         try:
             made[key] = merged.choice.of(CONVERTER.structure(merged.fields, merged.choice.config_cls))
         except Exception as error:  # a config class's validator may raise anything: say which table it was
+            found = "; ".join(f"{where}: {message}" for where, message, _ in
+                              flatten(error, f"$.layers[{merged.last}].{kind}", merged.choice.config_cls))
             raise ValueError(f"[[layers]] entry {merged.last} gives layer {layer} a {kind} table "
-                             f"{merged.choice.use!r} cannot hold: {error}") from error
+                             f"{merged.choice.use!r} cannot hold: {found}") from error
     return made[key]
 
 
