@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
+
 
 import pytest
 import torch
@@ -110,7 +112,7 @@ def test_parallel_is_its_formula(registry):
 @pytest.mark.parametrize("stem", ["gpt2-small", "llama-style", "post-ln-2017", "tiny-shakespeare"])
 def test_norm_placement_specs_keep_their_names_and_read_as_the_default_block(registry, stem):
     spec = blockspec.load_spec(SPECS / f"{stem}.toml", registry)
-    assert spec.block.qualified_name if False else spec.block.use == f"blockspec-blocks:{spec.model.norm_placement}"
+    assert spec.block.use == f"blockspec:{spec.model.norm_placement}"
     assert spec.ffn.use == "blockspec:dense"
     text = blockspec.dump_spec(spec)
     assert "[block]" not in text and "[ffn]" not in text  # defaults are not written: old text round-trips
@@ -155,6 +157,47 @@ def test_a_checkpoint_saved_before_block_and_ffn_loads(registry, tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids), model(ids))
     assert list(loaded.state_dict()) == list(model.state_dict())
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_a_checkpoint_locked_to_blockspec_blocks_pre_or_post_loads_with_the_core_block(registry, tmp_path, placement):
+    """Before the core registered them, pre and post were blockspec-blocks': an old [lock] says so."""
+    model = blockspec.build(small(registry, model_extra=f'norm_placement = "{placement}"'), registry=registry,
+                            seed=5).eval()
+    directory = save(model, tmp_path / "ckpt")
+    text = (directory / "spec.toml").read_text(encoding="utf-8")
+    core = f'[lock."block:{placement}"]\ndistribution = "blockspec"\n'
+    assert core in text  # what this version writes
+    _rewrite(directory, "spec.toml", text.replace(core, core.replace('"blockspec"', '"blockspec-blocks"')))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the block did not change: no LockMismatchWarning
+        loaded = load(directory, registry=registry)
+    assert loaded.provenance["blocks.0"].qualified_name == f"blockspec:{placement}"
+    ids = torch.arange(9).view(1, 9)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
+
+
+def test_norm_placement_is_an_alias_of_the_block_table(registry):
+    """[model] norm_placement names the core's block; the spec holds the block, and the placement agrees."""
+    placed = small(registry, model_extra='norm_placement = "post"')
+    blocked = small(registry, '[block]\nuse = "blockspec:post"')
+    assert placed.block.use == "blockspec:post" and placed == blocked and blocked.model.norm_placement == "post"
+    assert "[block]" not in blockspec.dump_spec(blocked)  # written as the alias, as before
+
+
+def test_a_spec_builds_without_blockspec_blocks_loaded(monkeypatch):
+    """The default block is the core's: a policy that leaves the plugin out still builds every plain spec."""
+    monkeypatch.setenv("BLOCKSPEC_PLUGINS", "blockspec-positional,blockspec-norms,blockspec-activations,blockspec-heads")
+    from blockspec.registry.loading import load_registry
+
+    without = load_registry()
+    assert "blockspec-blocks" not in {c.distribution for c in without}
+    for stem in ("gpt2-small", "post-ln-2017"):
+        spec = blockspec.load_spec(SPECS / f"{stem}.toml", without)
+        assert spec.block.use == f"blockspec:{spec.model.norm_placement}"
+    model = blockspec.build(small(without, model_extra='norm_placement = "post"'), registry=without, seed=0)
+    assert type(model.blocks[0]).__name__ == "PostNormBlock"
 
 
 def _rewrite(directory, name: str, text: str) -> None:
@@ -207,6 +250,8 @@ def test_list_shows_the_block_and_ffn_kinds(capsys):
     listed = json.loads(capsys.readouterr().out)
     rows = listed["components"] if isinstance(listed, dict) and "components" in listed else listed
     found = {(r["kind"], r["name"]): r["distribution"] for r in rows}
-    for name in ("pre", "post", "parallel", "sandwich", "output_norm"):
+    for name in ("pre", "post"):
+        assert found[("block", name)] == "blockspec"  # the core's, as attention:causal and ffn:dense
+    for name in ("parallel", "sandwich", "output_norm"):
         assert found[("block", name)] == "blockspec-blocks"
     assert found[("ffn", "dense")] == "blockspec"

@@ -7,6 +7,7 @@ KV cache on a model whose layers differ.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 from attrs import frozen
@@ -323,3 +324,41 @@ def test_hugging_face_export_refuses_varied_layers(registry):
     from blockspec.interop.families import FAMILIES
 
     assert all(any("[[layers]]" in p for p in family.misfits(spec_of(ALTERNATING, registry))) for family in FAMILIES)
+
+
+def test_evolve_builds_what_the_evolved_spec_says(registry):
+    """Bug 5: the per-layer components follow a change of the model-wide table they come from."""
+    spec = spec_of("\n[[layers]]\nindex = [1]\nnorm = { eps = 1e-5 }\n", registry)
+    relu = blockspec.loads_spec(BASE.format(n_layers=6).replace('use = "gelu"', 'use = "relu"'), registry).activation
+    evolved = attrs.evolve(spec, activation=relu)
+    assert [evolved.layer(i).activation.name for i in range(6)] == ["relu"] * 6
+    assert evolved.layer(1).norm.config.eps == 1e-5  # the entry still applies over the model-wide table
+    model = blockspec.build(evolved, registry=registry, seed=0)
+    assert {type(block.ffn.act).__name__ for block in model.blocks} == {"ReLU"}
+    again = blockspec.loads_spec(blockspec.dump_spec(evolved), registry)
+    assert again == evolved and [again.layer(i) for i in range(6)] == [evolved.layer(i) for i in range(6)]
+    assert evolved != spec
+
+
+def test_evolve_of_a_field_an_entry_overrides_keeps_the_entry(registry):
+    spec = spec_of("\n[[layers]]\nevery = 2\nnorm = { eps = 1e-5 }\n", registry)
+    layernorm = blockspec.loads_spec(BASE.format(n_layers=6).replace('use = "rmsnorm"', 'use = "layernorm"'),
+                                     registry).norm
+    evolved = attrs.evolve(spec, norm=layernorm)
+    assert [evolved.layer(i).norm.name for i in range(6)] == ["layernorm"] * 6
+    assert [evolved.layer(i).norm.config.eps for i in range(6)] == [1e-5, 1e-6] * 3
+    assert blockspec.loads_spec(blockspec.dump_spec(evolved), registry) == evolved
+
+
+def test_evolve_of_the_layer_count_reselects_the_entries(registry):
+    spec = spec_of("\n[[layers]]\nfrom = 2\nblock = { use = \"parallel\" }\n", registry, n_layers=4)
+    longer = attrs.evolve(spec, model=attrs.evolve(spec.model, n_layers=6))
+    assert [longer.layer(i).block.name for i in range(6)] == ["pre", "pre"] + ["parallel"] * 4
+    assert len(blockspec.build(longer, registry=registry, seed=0).blocks) == 6
+
+
+def test_evolve_to_a_table_an_entry_cannot_apply_to_says_which_entry_and_layer(registry):
+    spec = spec_of('\n[block]\nuse = "parallel"\n\n[[layers]]\nindex = [1]\nblock = { shared_norm = true }\n', registry)
+    with pytest.raises(ValueError, match=r"\[\[layers\]\] entry 0 gives layer 1 a block table 'blockspec:pre' "
+                                         r"cannot hold: .*shared_norm"):
+        attrs.evolve(spec, block=spec_of("", registry).block)

@@ -165,7 +165,7 @@ def test_doctor_json_reports_policy_versions_and_probe_gaps(monkeypatch):
     report = json.loads(out)
     assert code == 0 and err == ""
     assert [(r["distribution"], r["components"]) for r in report["loaded"]] == [
-        ("blockspec", 2), ("blockspec-heads", 2), ("blockspec-norms", 2)]  # the core's attention and dense FFN
+        ("blockspec", 4), ("blockspec-heads", 2), ("blockspec-norms", 2)]  # the core's attention, FFN, pre and post
     assert {s["distribution"] for s in report["skipped"]} == set(INSTALLED) - {"blockspec-heads", "blockspec-norms"}
     assert "BLOCKSPEC_PLUGINS = blockspec-heads,blockspec-norms" in report["policy"]
     assert report["torch"].startswith("2.") and report["quarantined"] == []

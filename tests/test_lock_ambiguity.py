@@ -13,7 +13,7 @@ from blockspec.errors import CheckpointError, SpecError
 from blockspec.registry.components import Component, Registry
 from blockspec.train.generate import generate
 
-from .weights_helpers import llama_spec, randomized
+from .weights_helpers import LLAMA_TEXT, llama_spec, randomized
 
 
 @frozen(kw_only=True)
@@ -95,3 +95,26 @@ def test_list_and_doctor_warn_about_a_name_with_two_providers(registry, monkeypa
     err = capsys.readouterr().err
     assert err.count("warning") == 1
     assert "norm 'rmsnorm' is provided by blockspec-norms and zzz-norms" in err
+
+
+LAYERED = {  # a per-layer component: another one (use), or the model-wide one with other fields
+    "use": LLAMA_TEXT.format(kv=2, bias="false", tied="false", layout="half").replace('use = "rmsnorm"',
+                                                                                     'use = "layernorm"')
+    + '\n[[layers]]\nindex = [1]\nnorm = { use = "rmsnorm" }\n',
+    "fields": LLAMA_TEXT.format(kv=2, bias="false", tied="false", layout="half")
+    + "\n[[layers]]\nindex = [1]\nnorm = { eps = 1e-5 }\n",
+}
+
+
+@pytest.mark.parametrize("layered", LAYERED, ids=LAYERED)
+def test_a_checkpoint_with_layers_loads_with_its_locked_per_layer_provider(registry, tmp_path, layered):
+    """Bug 4: the lock settles the name in every layer, not only in the model-wide tables."""
+    model = randomized(blockspec.build(blockspec.loads_spec(LAYERED[layered], registry), registry=registry, seed=0))
+    path = save(model, tmp_path / "ckpt")
+    both = with_duplicate(registry, plugin_rmsnorm("zzz-norms"))
+    loaded = load(path, registry=both)
+    assert loaded.provenance["blocks.1.norm1"].distribution == "blockspec-norms"
+    ids = torch.randint(0, 97, (1, 7), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loaded(ids), model(ids), rtol=0, atol=0)
+    assert loaded.spec.layer(1).norm.distribution == "blockspec-norms"  # pinned, so a re-save needs no lock
+    load(save(loaded, tmp_path / "again"), registry=both)

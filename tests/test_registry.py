@@ -112,7 +112,7 @@ def test_a_plugin_lands_whole_or_not_at_all():
     (entry,) = registry.quarantined
     assert entry.distribution == "half-dist" and entry.version == "1.0"
     assert "frozen attrs class" in entry.cause
-    assert len(registry) == 2  # only the built-ins: causal attention, dense ffn
+    assert len(registry) == 4  # only the built-ins: causal attention, dense ffn, pre and post blocks
 
 
 def test_a_raising_plugin_does_not_stop_the_others():

@@ -79,8 +79,7 @@ def test_stages_name_their_component_distribution_and_section(example_spec, regi
     assert result["logits"].component == "head:lm"
     assert result["blocks.0.attn.weights"].component == "attention:causal"
     residual = result["blocks.0.attn_residual"]  # the block component wires the residual adds
-    assert (residual.component, residual.distribution, residual.section) == ("block:pre", "blockspec-blocks",
-                                                                             RESIDUAL)
+    assert (residual.component, residual.distribution, residual.section) == ("block:pre", "blockspec", RESIDUAL)
     up = result["blocks.0.ffn.up"]  # the FFN component's own linears
     assert (up.component, up.distribution, up.section) == ("ffn:dense", "blockspec", FFN)
 

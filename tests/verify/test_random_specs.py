@@ -13,7 +13,7 @@ from blockspec.testing.strategies import model_specs, token_batches
 
 FIRST_PARTY = {"blockspec", *catalogue()}
 GATED = {"swiglu", "geglu"}
-NORMS_PER_BLOCK = {"pre": 2, "post": 2, "parallel": 2, "sandwich": 4, "output_norm": 2}  # blockspec-blocks' layouts
+NORMS_PER_BLOCK = {"pre": 2, "post": 2, "parallel": 2, "sandwich": 4, "output_norm": 2}  # the core's blocks and blockspec-blocks'
 
 
 def block_norms(spec: blockspec.ModelSpec) -> int:

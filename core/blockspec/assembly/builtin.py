@@ -1,4 +1,8 @@
-"""Built-in components, registered through the same hook as any plugin."""
+"""Built-in components, registered through the same hook as any plugin.
+
+The plain attention, the dense FFN, and the pre- and post-norm blocks (the ones ``[model]
+norm_placement`` names): every spec has them by default, so they come with the core.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from attrs.validators import optional
 
 from blockspec.spec.validators import OMIT_DEFAULT, greater_than, positive
 
-from blockspec.assembly.context import BuildContext
+from blockspec.assembly.context import BuildContext, LayerParts
 from blockspec.registry.hookspecs import hookimpl
 
 
@@ -64,10 +68,41 @@ class DenseFFNConfig:
 def build_dense_ffn(config: DenseFFNConfig, ctx: BuildContext):
     from blockspec.modules.feed_forward import FeedForward
 
-    if ctx.layer is None:
-        raise TypeError("the dense FFN is built per layer: its BuildContext needs a layer factory (ctx.layer)")
     model = ctx.model
-    return FeedForward(d_model=model.d_model, d_ff=model.d_ff, activation=ctx.layer.activation("act"), bias=model.bias)
+    activation = _layer_of(ctx, "the dense FFN").activation("act")
+    return FeedForward(d_model=model.d_model, d_ff=model.d_ff, activation=activation, bias=model.bias)
+
+
+@frozen(kw_only=True)
+class PreConfig:
+    """Pre-norm (GPT-2, Llama): x + f(norm(x)) per sublayer; the residual stream is never normalised."""
+
+
+@frozen(kw_only=True)
+class PostConfig:
+    """Post-norm (the 2017 paper): norm(x + f(x)) after each sublayer; the stack ends normalised."""
+
+
+def build_pre(config: PreConfig, ctx: BuildContext):
+    from blockspec.modules.blocks import PreNormBlock
+
+    layer = _layer_of(ctx, "a block")  # built in the order of their parameters in the state dict
+    return PreNormBlock(norm1=layer.norm("norm1"), attn=layer.attention("attn"), norm2=layer.norm("norm2"),
+                        ffn=layer.ffn("ffn"), dropout=layer.dropout)
+
+
+def build_post(config: PostConfig, ctx: BuildContext):
+    from blockspec.modules.blocks import PostNormBlock
+
+    layer = _layer_of(ctx, "a block")
+    return PostNormBlock(attn=layer.attention("attn"), norm1=layer.norm("norm1"), ffn=layer.ffn("ffn"),
+                         norm2=layer.norm("norm2"), dropout=layer.dropout)
+
+
+def _layer_of(ctx: BuildContext, what: str) -> LayerParts:
+    if ctx.layer is None:
+        raise TypeError(f"{what} is built per layer: its BuildContext needs a layer factory (ctx.layer)")
+    return ctx.layer
 
 
 @hookimpl
@@ -75,3 +110,5 @@ def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention,
              promises=("causal", "sliding_window", "logit_softcap", "qk_norm"))
     register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise",))
+    register("block", "pre", PreConfig, build_pre, promises=("residual", "causal"))
+    register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x

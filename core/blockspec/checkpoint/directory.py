@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
@@ -32,7 +31,7 @@ from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
 from blockspec.errors import CheckpointError, SpecError
-from blockspec.checkpoint.lock import Locked, check_lock, lock_of, lock_toml, preferences, split_lock
+from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
 from blockspec.checkpoint.manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -46,7 +45,7 @@ from blockspec.checkpoint.manifest import (
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.checkpoint.safetensors_file import read_header, write_file
-from blockspec.spec.schema import ComponentSpec, ModelSpec
+from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.verified_weights import load_verified_weights
 from blockspec.checkpoint.weights import unique_state
 
@@ -224,22 +223,4 @@ def locked_spec(document: dict[str, Any], registry: Registry, *, file: str, text
     """
     tables, lock = split_lock(document, file)
     check_lock(lock, registry, file)
-    spec = structure_spec(tables, registry, file=file, text=text, prefer=preferences(lock))
-    return _pinned_where_ambiguous(spec, registry, lock)
-
-
-def _pinned_where_ambiguous(spec: ModelSpec, registry: Registry, lock: dict[str, Locked]) -> ModelSpec:
-    """Pin each unpinned component that several distributions provide to the one the lock names.
-
-    The reader already took the locked provider's config; pinning makes the build (and a later
-    ``save``) use that provider too, instead of finding the name ambiguous again.
-    """
-    changes = {}
-    for field in attrs.fields(ModelSpec):
-        part = getattr(spec, field.name)
-        if not isinstance(part, ComponentSpec) or part.distribution is not None:
-            continue
-        locked = lock.get(f"{part.kind}:{part.name}")
-        if locked is not None and len(registry.providers(part.kind, part.name)) > 1:
-            changes[field.name] = attrs.evolve(part, distribution=locked.distribution)
-    return attrs.evolve(spec, **changes) if changes else spec
+    return structure_spec(tables, registry, file=file, text=text, prefer=preferences(lock))

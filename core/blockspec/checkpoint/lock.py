@@ -22,6 +22,9 @@ from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
 
 LOCK_TABLE = "lock"
+# Components that moved from one first-party distribution to another: "kind:name" -> (was, is now).
+# A lock written before the move names the old provider of the same component.
+MOVED = {"block:pre": ("blockspec-blocks", "blockspec"), "block:post": ("blockspec-blocks", "blockspec")}
 
 
 class LockMismatchWarning(UserWarning):
@@ -62,7 +65,16 @@ def split_lock(document: dict[str, Any], file: str) -> tuple[dict[str, Any], dic
     """(the spec tables, the parsed lock) from a parsed spec.toml."""
     spec = {k: v for k, v in document.items() if k != LOCK_TABLE}
     table = {LOCK_TABLE: document[LOCK_TABLE]} if LOCK_TABLE in document else {}
-    return spec, structure_document(table, LockDocument, file=file, error=CheckpointError).lock
+    lock = structure_document(table, LockDocument, file=file, error=CheckpointError).lock
+    return spec, {key: _moved(key, locked) for key, locked in lock.items()}
+
+
+def _moved(key: str, locked: Locked) -> Locked:
+    """An old lock's entry for a component that has moved since, naming its new provider (version as recorded)."""
+    was, now = MOVED.get(key, (None, None))
+    if now is None or normalize(locked.distribution) != normalize(was):
+        return locked
+    return Locked(distribution=now, version=locked.version)
 
 
 def preferences(lock: dict[str, Locked]) -> dict[str, str]:

@@ -71,7 +71,7 @@ class Expresses:
     activations: tuple[str, ...]  # "swiglu", "gelu" (any approximation), "geglu-tanh" (that one)
     biases: BiasPattern  # which of qkv, out and the MLP have biases, and which agree
     positional: Literal["rope", "learned"] = "rope"
-    blocks: tuple[str, ...] = ("pre",)  # blockspec-blocks layouts
+    blocks: tuple[str, ...] = ("pre",)  # block layouts: the core's pre, blockspec-blocks' others
     ffn: Literal["dense", "moe"] = "dense"
     windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows
     qk_norm: Literal["none", "head", "all"] = "none"  # what every layer has (with the norms' eps)
@@ -103,7 +103,7 @@ def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
 
 def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...]) -> list[str]:
     shared = getattr(block.config, "shared_norm", False)
-    if block.name in layouts and block.distribution in (None, "blockspec-blocks") and not shared:
+    if block.name in layouts and block.distribution in (None, "blockspec", "blockspec-blocks") and not shared:
         return []
     return [f"block is {block.use!r}{' with shared_norm' if shared else ''}, expected "
             + either(BLOCK_NAMES.get(name, repr(name)) for name in layouts)]

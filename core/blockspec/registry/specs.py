@@ -14,8 +14,9 @@ from blockspec.registry.catalogue import install_hint, provider_of
 from blockspec.registry.components import Component, Registry
 from blockspec.registry.policy import normalize
 from blockspec.spec import toml_read
-from blockspec.spec.convert import Unresolved, read_spec, read_spec_text
-from blockspec.spec.schema import ModelSpec
+from blockspec.spec.convert import LAYERS, Unresolved, read_spec, read_spec_text
+from blockspec.spec.kinds import SECTIONS
+from blockspec.spec.schema import LAYER_KINDS, ModelSpec
 
 
 def load_spec(path: str | Path, registry: Registry | None = None) -> ModelSpec:
@@ -40,14 +41,41 @@ def structure_spec(
     """A plain dict (as tomllib gives it) -> a validated ModelSpec, or SpecError listing every problem.
 
     ``prefer`` maps "kind:name" to a distribution and only breaks ties: an unpinned ``use``
-    that two installed distributions provide resolves to the preferred one (a checkpoint's
-    [lock] says which distribution built each component).
+    that two installed distributions provide, in a model-wide table or a [[layers]] entry, is
+    read as pinned to the preferred one (a checkpoint's [lock] says which distribution built
+    each component), so the spec, and what it builds and saves, names that one.
     """
     if registry is None:
         from blockspec.registry.loading import load_registry
 
         registry = load_registry()
-    return read_spec(data, RegistryResolver(registry, prefer=prefer), file=file, text=text)
+    if prefer:
+        data = pinned_where_ambiguous(data, registry, prefer)
+    return read_spec(data, RegistryResolver(registry), file=file, text=text)
+
+
+def pinned_where_ambiguous(data: dict[str, Any], registry: Registry, prefer: Mapping[str, str]) -> dict[str, Any]:
+    """The spec document with each unpinned ``use`` that several distributions provide pinned as ``prefer`` says."""
+    if not isinstance(data, dict):
+        return data  # the reader reports it
+    pinned = {key: _pinned(key, table, registry, prefer) if key in SECTIONS else table for key, table in data.items()}
+    entries = data.get(LAYERS)
+    if isinstance(entries, list):
+        pinned[LAYERS] = [{kind: _pinned(kind, table, registry, prefer) if kind in LAYER_KINDS else table
+                           for kind, table in entry.items()} if isinstance(entry, dict) else entry
+                          for entry in entries]
+    return pinned
+
+
+def _pinned(kind: str, table: Any, registry: Registry, prefer: Mapping[str, str]) -> Any:
+    use = table.get("use") if isinstance(table, dict) else None
+    preferred = prefer.get(f"{kind}:{use}") if isinstance(use, str) and ":" not in use else None
+    providers = registry.providers(kind, use) if preferred is not None else ()
+    if len(providers) < 2:
+        return table  # pinned already, unambiguous, or not settled by a preference
+    wanted = normalize(preferred)
+    distribution = next((c.distribution for c in providers if normalize(c.distribution) == wanted), preferred)
+    return {**table, "use": f"{distribution}:{use}"}
 
 
 def ambiguity_warnings(registry: Registry) -> list[str]:
@@ -60,9 +88,8 @@ def ambiguity_warnings(registry: Registry) -> list[str]:
 class RegistryResolver:
     """Answers the spec reader's ``use`` questions from a registry and the catalogue."""
 
-    def __init__(self, registry: Registry, *, prefer: Mapping[str, str] | None = None) -> None:
+    def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self.prefer = dict(prefer or {})
 
     def names(self, kind: str) -> list[str]:
         return self.registry.names(kind)
@@ -72,8 +99,6 @@ class RegistryResolver:
         providers = self.registry.providers(kind, name)
         if distribution:
             providers = tuple(c for c in providers if c.distribution == distribution)
-        if len(providers) > 1 and not distribution and f"{kind}:{name}" in self.prefer:
-            return self._preferred(kind, name, providers, self.prefer[f"{kind}:{name}"])
         if len(providers) == 1:
             return providers[0]
         if len(providers) > 1:
@@ -81,18 +106,6 @@ class RegistryResolver:
             return Unresolved(message=f"{kind} {name!r} is provided by {both}",
                               hint=f'pin one, e.g. use = "{providers[0].qualified_name}"')
         return self._unknown(kind, name, distribution or None)
-
-    def _preferred(self, kind: str, name: str, providers: tuple[Component, ...],
-                   preferred: str) -> Component | Unresolved:
-        """The tie-break: the preferred distribution's component, or what to install to get it."""
-        wanted = normalize(preferred)
-        chosen = [c for c in providers if normalize(c.distribution) == wanted]
-        if len(chosen) == 1:
-            return chosen[0]
-        both = " and ".join(c.distribution for c in providers)
-        return Unresolved(message=f"{kind} {name!r} is provided by {both}, but was built by {preferred}, "
-                                  "which is not installed",
-                          hint=f"install the distribution {preferred}{install_hint(preferred)}", unknown=True)
 
     def _unknown(self, kind: str, name: str, distribution: str | None) -> Unresolved:
         provider = provider_of(kind, name)

@@ -21,20 +21,23 @@ from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.problems import did_you_mean, flatten, join, locate
 from blockspec.spec.schema import (
     LAYER_KINDS,
+    PLACEMENT_BLOCKS,
+    ComponentChoice,
     ComponentSpec,
     InitConfig,
+    LayerOverride,
     LayerRule,
-    LayerSpec,
+    MergedTable,
     ModelConfig,
     ModelSpec,
     cross_field_errors,
+    merged_table,
+    placement_of,
 )
 from blockspec.spec.strict import CONVERTER, SHORT, describe
 
 DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "causal" cannot make it ambiguous
 DEFAULT_FFN = "blockspec:dense"
-BLOCKS_DISTRIBUTION = "blockspec-blocks"  # [block] defaults to its "pre" or "post", as [model] norm_placement says
-PLACEMENT_BLOCKS = ("pre", "post")  # the blocks that norm_placement names
 OPTIONAL_TABLES = ("init",)
 LAYERS = "layers"  # the [[layers]] array of tables: per-layer overrides
 TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, LAYERS)
@@ -122,16 +125,15 @@ class _SpecReader:
         self._check_tables(data)
         model = self._model(data.get("model"))
         placement = _given_placement(data.get("model"))
-        defaults = {"attention": DEFAULT_ATTENTION, "ffn": DEFAULT_FFN,
-                    "block": f"{BLOCKS_DISTRIBUTION}:{placement or (model.norm_placement if model else 'pre')}"}
+        defaults = {"attention": DEFAULT_ATTENTION, "ffn": DEFAULT_FFN, "block": PLACEMENT_BLOCKS[placement or "pre"]}
         parts = {kind: self._component(kind, data.get(kind), defaults.get(kind)) for kind in SECTIONS}
         model = self._placement(model, parts["block"], placement)
         init = self._init(data.get("init"))
-        rules, resolved = _LayerReader(self, model, parts).read(data.get(LAYERS))
+        rules = _LayerReader(self, model, parts).read(data.get(LAYERS))
         if self.problems:
             error_cls = UnknownComponentError if self.unknown_component and len(self.problems) == 1 else SpecError
             raise error_cls(self.problems)
-        return ModelSpec(model=model, init=init, source=self.file, layers=rules, resolved_layers=resolved, **parts)
+        return ModelSpec(model=model, init=init, source=self.file, layers=rules, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
         line = locate(self.text, path) if self.text else None
@@ -174,14 +176,16 @@ class _SpecReader:
 
     def _placement(self, model: ModelConfig | None, block: ComponentSpec | None,
                    placement: str | None) -> ModelConfig | None:
-        """[block] and [model] norm_placement say the same: "pre"/"post" agree, or the block sets the placement."""
-        if model is None or block is None or block.name not in PLACEMENT_BLOCKS:
+        """The alias, read once: [model] norm_placement names the core's block (the default [block] above),
+        and a [block] that is one of those sets the placement; given both, they must agree."""
+        named = placement_of(block) if block is not None else None
+        if model is None or named is None:
             return model
-        if placement is not None and placement != block.name:
+        if placement is not None and placement != named:
             self.problem("$.block.use", f"block {block.use!r} disagrees with [model] norm_placement = {placement!r}",
                          "give one of them, or make them agree")
             return None
-        return model if model.norm_placement == block.name else attrs.evolve(model, norm_placement=block.name)
+        return model if model.norm_placement == named else attrs.evolve(model, norm_placement=named)
 
     def _component(self, kind: str, table: Any, default: str | None = None) -> ComponentSpec | None:
         if table is None and default is not None:
@@ -198,10 +202,7 @@ class _SpecReader:
         if component is None:
             return None
         config = self._structure(fields, component.config_cls, f"$.{kind}")
-        if config is None:
-            return None
-        pinned = component.distribution if ":" in use else None
-        return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config)
+        return None if config is None else _choice(kind, use, component).of(config)
 
     def _resolve(self, kind: str, use: Any, fields: dict[str, Any], path: str | None = None) -> Resolved | None:
         path = path or f"$.{kind}.use"
@@ -231,32 +232,30 @@ class _SpecReader:
 
 
 class _LayerReader:
-    """The [[layers]] entries: their selectors, then each layer's tables merged and checked.
+    """The [[layers]] entries: their selectors and tables, then each layer's tables merged and checked.
 
-    A layer's table of a kind is the model-wide table with each entry that selects the layer
-    merged over it in order (an entry that gives ``use`` starts afresh from its own fields). Each
-    distinct merged table is resolved and structured once; its problems name the entry that
+    A layer's table of a kind is ``merged_table``'s (schema.py), the one rule ModelSpec derives
+    its layers by. Each distinct merged table is checked once; its problems name the entry that
     wrote the field and the layers they occur in.
     """
 
     def __init__(self, reader: _SpecReader, model: ModelConfig | None, parts: dict[str, ComponentSpec | None]) -> None:
         self.reader, self.model, self.parts = reader, model, parts
-        self.seen: dict[str, tuple[ComponentSpec | None, list[tuple[str, str, str | None]]]] = {}
+        self.seen: dict[str, list[tuple[str, str, str | None]]] = {}  # each distinct merged table -> its problems
         self.found: dict[tuple[str, str, str | None], list[int]] = {}  # (path, message, hint) -> layers
 
-    def read(self, entries: Any) -> tuple[tuple[LayerRule, ...], tuple[LayerSpec, ...]]:
+    def read(self, entries: Any) -> tuple[LayerRule, ...]:
         if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-            return (), ()  # absent, or reported by _check_tables
+            return ()  # absent, or reported by _check_tables
         rules = [self._rule(k, entry) for k, entry in enumerate(entries)]
         if not rules or self.model is None:
-            return (), ()
-        layers = [self._layer(i, rules) for i in range(self.model.n_layers)]
+            return ()
+        for i in range(self.model.n_layers):
+            self._check_layer(i, rules)
         for (path, message, hint), where in self.found.items():
             which = f"layer {where[0]}" if len(where) == 1 else "layers " + _ranges(where)
             self.reader.problem(path, f"{message} ({which})", hint)
-        if None in rules or None in layers:
-            return (), ()
-        return tuple(rules), tuple(layers)  # type: ignore[arg-type]
+        return () if None in rules else tuple(rules)  # type: ignore[arg-type]
 
     def _rule(self, k: int, entry: dict[str, Any]) -> LayerRule | None:
         problem, path = self.reader.problem, f"$.layers[{k}]"
@@ -289,12 +288,23 @@ class _LayerReader:
                 problem(join(path, kind), f"expected a table of {kind} fields, found {describe(table)}")
         if not overrides and len(self.reader.problems) == before:
             problem(path, "changes nothing", "add a table of the fields to change, e.g. attention = { ... }")
+        tables = {kind: self._override(join(path, kind), kind, table) for kind, table in overrides.items()
+                  if isinstance(table, dict)}
         if len(self.reader.problems) > before:
             return None
         rule = LayerRule(index=tuple(index) if index is not None else None, every=entry.get("every"),
                          offset=entry.get("offset"), start=entry.get("from"), stop=entry.get("to"),
-                         overrides={kind: dict(table) for kind, table in overrides.items()})
+                         overrides=tables)
         return rule if self.model is None or self._in_range(rule, path) else None
+
+    def _override(self, path: str, kind: str, table: dict[str, Any]) -> LayerOverride:
+        """An entry's table of one kind; a ``use`` in it is resolved here, once, at the entry that gives it."""
+        fields = dict(table)
+        if "use" not in fields:
+            return LayerOverride(fields=fields)
+        use = fields.pop("use")
+        component = self.reader._resolve(kind, use, fields, path=join(path, "use"))
+        return LayerOverride(fields=fields, use=_choice(kind, use, component) if component is not None else None)
 
     def _in_range(self, rule: LayerRule, path: str) -> bool:
         n = self.model.n_layers
@@ -308,44 +318,24 @@ class _LayerReader:
             return False
         return not bad
 
-    def _layer(self, i: int, rules: list[LayerRule | None]) -> LayerSpec | None:
-        parts = {}
+    def _check_layer(self, i: int, rules: list[LayerRule | None]) -> None:
         for kind in LAYER_KINDS:
-            base, table = self.parts[kind], self.reader.tables.get(kind)
-            if base is None or table is None:
-                return None  # reported at the model-wide table
-            merged, origin, last = dict(table), dict.fromkeys(table), None
-            for k, rule in enumerate(rules):
-                if rule is None or kind not in rule.overrides or not rule.selects(i):
-                    continue
-                override = rule.overrides[kind]
-                if "use" in override:  # another component (or a fresh one): none of the fields before apply
-                    merged, origin = {}, {}
-                merged.update(override)
-                origin.update(dict.fromkeys(override, k))
-                last = k
-            parts[kind] = base if last is None else self._component(kind, i, merged, origin, last)
-        return None if None in parts.values() else LayerSpec(**parts)
+            base = self.parts[kind]
+            merged = merged_table(base, rules, kind, i) if base is not None else None  # None: reported already
+            if merged is None:
+                continue
+            key = repr((merged.choice, merged.fields, merged.origin))
+            if key not in self.seen:
+                self.seen[key] = self._problems(kind, merged)
+            for found in self.seen[key]:
+                self.found.setdefault(found, []).append(i)
 
-    def _component(self, kind: str, i: int, table: dict[str, Any], origin: dict[str, int | None],
-                   last: int) -> ComponentSpec | None:
-        key = repr((kind, table, origin))
-        if key not in self.seen:
-            self.seen[key] = self._structure(kind, table, origin, last)
-        component, problems = self.seen[key]
-        for found in problems:
-            self.found.setdefault(found, []).append(i)
-        return component
-
-    def _structure(self, kind: str, table: dict[str, Any], origin: dict[str, int | None],
-                   last: int) -> tuple[ComponentSpec | None, list[tuple[str, str, str | None]]]:
+    def _problems(self, kind: str, merged: MergedTable) -> list[tuple[str, str, str | None]]:
+        """What structuring the merged table reports, each at the entry that wrote the field."""
         reader, kept = self.reader, self.reader.problems
         reader.problems = []
         try:
-            fields = dict(table)
-            use = fields.pop("use", None)
-            component = reader._resolve(kind, use, fields, path="$.@.use")
-            config = reader._structure(fields, component.config_cls, "$.@") if component is not None else None
+            reader._structure(merged.fields, merged.choice.config_cls, "$.@")
             problems = reader.problems
         finally:
             reader.problems = kept
@@ -353,14 +343,16 @@ class _LayerReader:
         def where(path: str) -> str:
             rest = path.removeprefix("$.@")
             name = rest[1:].split(".")[0].split("[")[0] if rest.startswith(".") else None
-            k = origin.get(name) if name in origin else None
-            return f"$.layers[{last if k is None else k}].{kind}{rest}"
+            k = merged.origin.get(name) if name in merged.origin else None
+            return f"$.layers[{merged.last if k is None else k}].{kind}{rest}"
 
-        found = [(where(p.path or "$.@"), p.message, p.hint) for p in problems]
-        if config is None:
-            return None, found
-        pinned = component.distribution if ":" in use else None
-        return ComponentSpec(kind=kind, name=component.name, distribution=pinned, config=config), found
+        return [(where(p.path or "$.@"), p.message, p.hint) for p in problems]
+
+
+def _choice(kind: str, use: str, component: Resolved) -> ComponentChoice:
+    """What ``use`` chose: the component, pinned to its distribution when ``use`` names one."""
+    pinned = component.distribution if ":" in use else None
+    return ComponentChoice(kind=kind, name=component.name, distribution=pinned, config_cls=component.config_cls)
 
 
 def _layer_number(value: Any) -> bool:
@@ -381,7 +373,7 @@ def _ranges(numbers: list[int]) -> str:
 def _given_placement(table: Any) -> str | None:
     """[model] norm_placement as written, when it is one of the placements; None when absent (or reported)."""
     value = table.get("norm_placement") if isinstance(table, dict) else None
-    return value if value in PLACEMENT_BLOCKS else None
+    return value if value in PLACEMENT_BLOCKS else None  # a value that names no block: [model]'s check reports it
 
 
 _MODEL_HINTS = typing.get_type_hints(ModelConfig, include_extras=True)  # once: evaluating them compiles code
@@ -443,12 +435,16 @@ def _rule_dict(rule: LayerRule) -> dict[str, Any]:
     """One [[layers]] entry as written: its selector, then its override tables."""
     selector = {"index": list(rule.index) if rule.index is not None else None, "every": rule.every,
                 "offset": rule.offset, "from": rule.start, "to": rule.stop}
-    return {**_drop_none(selector), **{kind: dict(table) for kind, table in rule.overrides.items()}}
+    return {**_drop_none(selector), **{kind: _override_dict(table) for kind, table in rule.overrides.items()}}
+
+
+def _override_dict(override: LayerOverride) -> dict[str, Any]:
+    return {"use": override.use.use, **override.fields} if override.use is not None else dict(override.fields)
 
 
 def _is_default(part: ComponentSpec, model: ModelConfig) -> bool:
     """The component a spec without the table gets: the pinned default, with its default config."""
-    default = DEFAULT_FFN if part.kind == "ffn" else f"{BLOCKS_DISTRIBUTION}:{model.norm_placement}"
+    default = DEFAULT_FFN if part.kind == "ffn" else PLACEMENT_BLOCKS[model.norm_placement]
     if part.use != default:
         return False
     try:

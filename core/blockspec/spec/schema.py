@@ -5,12 +5,15 @@ Data flows one way: TOML text -> dict -> ModelSpec (convert.py) -> model (assemb
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from attrs import field, frozen
 
 from blockspec.errors import FieldError
+from blockspec.spec.problems import flatten
+from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check, FieldErrors
 
 NormPlacement = Literal["pre", "post"]
@@ -107,20 +110,55 @@ class InitConfig:
 
 
 @frozen(kw_only=True)
-class ComponentSpec:
-    """One component table: which provider (``use``) and its validated config."""
+class _Named:
+    """Which component a ``use`` names: its kind, name, and distribution when pinned."""
 
     kind: str
     name: str
     distribution: str | None = None  # set when the spec pins "distribution:name"
-    config: Any
 
     @property
     def use(self) -> str:
         return f"{self.distribution}:{self.name}" if self.distribution else self.name
 
 
+@frozen(kw_only=True)
+class ComponentSpec(_Named):
+    """One component table: which provider (``use``) and its validated config."""
+
+    config: Any
+
+
 LAYER_KINDS = ("block", "attention", "ffn", "norm", "activation", "positional")  # the kinds [[layers]] may vary
+# [model] norm_placement is an alias: each placement names the core's block of that name.
+PLACEMENT_BLOCKS: Mapping[str, str] = MappingProxyType({"pre": "blockspec:pre", "post": "blockspec:post"})
+
+
+def placement_of(block: ComponentSpec) -> NormPlacement | None:
+    """The [model] norm_placement that names ``block``; None for any other block (parallel, a plugin's)."""
+    for placement, use in PLACEMENT_BLOCKS.items():
+        distribution, _, name = use.partition(":")
+        if block.name == name and block.distribution in (None, distribution):
+            return placement  # type: ignore[return-value]
+    return None
+
+
+@frozen(kw_only=True)
+class ComponentChoice(_Named):
+    """A ``use`` resolved to a component: what a [[layers]] entry switches to, and the class of its config."""
+
+    config_cls: type
+
+    def of(self, config: Any) -> ComponentSpec:
+        return ComponentSpec(kind=self.kind, name=self.name, distribution=self.distribution, config=config)
+
+
+@frozen(kw_only=True)
+class LayerOverride:
+    """One kind's table in a [[layers]] entry: the fields as written, and the component when it gives ``use``."""
+
+    fields: dict[str, Any]
+    use: ComponentChoice | None = None  # None: the fields merge over the table the layer has so far
 
 
 @frozen(kw_only=True)
@@ -144,8 +182,7 @@ class LayerRule:
 
     The selector is ``index`` (a list of layers), or any of ``every``/``offset`` (layers
     offset, offset+every, ...) and ``start``/``stop`` (TOML ``from``/``to``, both inclusive),
-    which then all must hold. ``overrides`` maps a kind in LAYER_KINDS to its fields as written,
-    ``use`` among them when the entry changes the component.
+    which then all must hold. ``overrides`` maps a kind in LAYER_KINDS to its table.
     """
 
     index: tuple[int, ...] | None = None
@@ -153,7 +190,7 @@ class LayerRule:
     offset: int | None = None
     start: int | None = None
     stop: int | None = None
-    overrides: dict[str, dict[str, Any]]
+    overrides: dict[str, LayerOverride]
 
     def selects(self, layer: int) -> bool:
         if self.index is not None:
@@ -168,8 +205,48 @@ class LayerRule:
 
 
 @frozen(kw_only=True)
+class MergedTable:
+    """A layer's table of one kind before it is checked: the component, its fields, and who wrote each field.
+
+    ``origin`` maps a field to the index of the [[layers]] entry that wrote it (None: the model-wide
+    table); ``last`` is the last entry that touched the table.
+    """
+
+    choice: ComponentChoice
+    fields: dict[str, Any]
+    origin: dict[str, int | None]
+    last: int
+
+
+def merged_table(base: ComponentSpec, rules: Sequence[LayerRule | None], kind: str, layer: int) -> MergedTable | None:
+    """Layer ``layer``'s table of ``kind``: each entry selecting it merged over ``base`` in order; None if none does.
+
+    An entry that gives ``use`` starts afresh from its own fields. The one rule for what a layer
+    is built from: the reader checks its result, and ModelSpec derives its layers from it.
+    """
+    touching = [k for k, rule in enumerate(rules) if rule is not None and kind in rule.overrides and rule.selects(layer)]
+    if not touching:
+        return None
+    choice = ComponentChoice(kind=kind, name=base.name, distribution=base.distribution, config_cls=type(base.config))
+    fields = CONVERTER.unstructure(base.config)
+    origin: dict[str, int | None] = dict.fromkeys(fields)
+    for k in touching:
+        override = rules[k].overrides[kind]  # type: ignore[union-attr]
+        if override.use is not None:  # another component (or a fresh one): none of the fields before apply
+            choice, fields, origin = override.use, {}, {}
+        fields = {**fields, **override.fields}
+        origin.update(dict.fromkeys(override.fields, k))
+    return MergedTable(choice=choice, fields=fields, origin=origin, last=touching[-1])
+
+
+@frozen(kw_only=True)
 class ModelSpec:
-    """A whole validated spec. ``source`` is where it came from, for messages only."""
+    """A whole validated spec. ``source`` is where it came from, for messages only.
+
+    Each layer's components are derived from the model-wide tables and ``layers`` whenever a
+    spec is made (``attrs.evolve`` included), never stored beside them: what equal specs
+    build is the same.
+    """
 
     model: ModelConfig
     positional: ComponentSpec
@@ -181,12 +258,11 @@ class ModelSpec:
     ffn: ComponentSpec
     init: InitConfig = InitConfig()
     layers: tuple[LayerRule, ...] = ()  # the [[layers]] entries as written; () when every layer is alike
-    resolved_layers: tuple[LayerSpec, ...] = field(default=(), eq=False, repr=False)  # layer i's, from the rules
     source: str | None = field(default=None, eq=False)
+    _layer_specs: tuple[LayerSpec, ...] = field(init=False, eq=False, repr=False)  # derived: layer i's
 
     def __attrs_post_init__(self) -> None:
-        if self.layers and len(self.resolved_layers) != self.model.n_layers:
-            raise ValueError("a spec with [[layers]] needs each layer resolved: read it with load_spec or structure_spec")
+        object.__setattr__(self, "_layer_specs", _derived_layers(self))
 
     def components(self) -> tuple[ComponentSpec, ...]:
         """The model-wide tables."""
@@ -196,17 +272,44 @@ class ModelSpec:
         """The components layer ``index`` is built from."""
         if not 0 <= index < self.model.n_layers:
             raise IndexError(f"layer {index} of a model with {self.model.n_layers} layers")
-        if self.resolved_layers:
-            return self.resolved_layers[index]
+        if self._layer_specs:
+            return self._layer_specs[index]
         return LayerSpec(block=self.block, attention=self.attention, ffn=self.ffn, norm=self.norm,
                          activation=self.activation, positional=self.positional)
 
     def distinct_components(self) -> tuple[ComponentSpec, ...]:
         """The model-wide tables, then each per-layer component that differs from them, once."""
         found = list(self.components())
-        for layer in self.resolved_layers:
+        for layer in self._layer_specs:
             found += [part for part in layer.components() if part not in found]
         return tuple(found)
+
+
+def _derived_layers(spec: ModelSpec) -> tuple[LayerSpec, ...]:
+    """Each layer's components from the rules; () when there are none (every layer is the model-wide tables)."""
+    if not spec.layers:
+        return ()
+    made: dict[tuple[ComponentChoice, str], ComponentSpec] = {}  # one spec per distinct table
+    return tuple(LayerSpec(**{kind: _layer_component(spec, kind, i, made) for kind in LAYER_KINDS})
+                 for i in range(spec.model.n_layers))
+
+
+def _layer_component(spec: ModelSpec, kind: str, layer: int,
+                     made: dict[tuple[ComponentChoice, str], ComponentSpec]) -> ComponentSpec:
+    base = getattr(spec, kind)
+    merged = merged_table(base, spec.layers, kind, layer)
+    if merged is None:
+        return base
+    key = (merged.choice, repr(merged.fields))
+    if key not in made:
+        try:
+            made[key] = merged.choice.of(CONVERTER.structure(merged.fields, merged.choice.config_cls))
+        except Exception as error:  # a config class's validator may raise anything: say which table it was
+            found = "; ".join(f"{where}: {message}" for where, message, _ in
+                              flatten(error, f"$.layers[{merged.last}].{kind}", merged.choice.config_cls))
+            raise ValueError(f"[[layers]] entry {merged.last} gives layer {layer} a {kind} table "
+                             f"{merged.choice.use!r} cannot hold: {found}") from error
+    return made[key]
 
 
 def estimate_parameters(model: ModelConfig) -> int:

@@ -1,8 +1,8 @@
-"""blockspec-blocks: how one layer wires attention, FFN, norms and residuals.
+"""blockspec-blocks: the layer wirings beyond the core's pre- and post-norm blocks.
 
-``pre`` and ``post`` are the core's classic blocks (``[model] norm_placement`` picks one of them
-when a spec has no [block]); ``parallel``, ``sandwich`` and ``output_norm`` are the layouts of
-GPT-J/Falcon, Gemma 2/3 and OLMo 2. Each block builds its sublayers through ``ctx.layer``.
+``parallel``, ``sandwich`` and ``output_norm`` are the layouts of GPT-J/Falcon, Gemma 2/3 and
+OLMo 2. Each block builds its sublayers through ``ctx.layer``. ``pre`` and ``post`` (what
+``[model] norm_placement`` names) are the core's, registered as it registers ``causal``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,6 @@ from attrs import frozen
 from blockspec.plugin import BuildContext, Register, hookimpl
 
 BLOCKSPEC_API = 1
-
-
-@frozen(kw_only=True)
-class PreConfig:
-    """Pre-norm (GPT-2, Llama): x + f(norm(x)) per sublayer; the residual stream is never normalised."""
-
-
-@frozen(kw_only=True)
-class PostConfig:
-    """Post-norm (the 2017 paper): norm(x + f(x)) after each sublayer."""
 
 
 @frozen(kw_only=True)
@@ -45,22 +35,6 @@ def _layer(ctx: BuildContext):
     if ctx.layer is None:
         raise TypeError("a block is built per layer: its BuildContext needs a layer factory (ctx.layer)")
     return ctx.layer
-
-
-def build_pre(config: PreConfig, ctx: BuildContext):
-    from blockspec.plugin import PreNormBlock
-
-    layer = _layer(ctx)  # built in the order of their parameters in the state dict
-    return PreNormBlock(norm1=layer.norm("norm1"), attn=layer.attention("attn"), norm2=layer.norm("norm2"),
-                        ffn=layer.ffn("ffn"), dropout=layer.dropout)
-
-
-def build_post(config: PostConfig, ctx: BuildContext):
-    from blockspec.plugin import PostNormBlock
-
-    layer = _layer(ctx)
-    return PostNormBlock(attn=layer.attention("attn"), norm1=layer.norm("norm1"), ffn=layer.ffn("ffn"),
-                         norm2=layer.norm("norm2"), dropout=layer.dropout)
 
 
 def build_parallel(config: ParallelConfig, ctx: BuildContext):
@@ -92,8 +66,6 @@ def build_output_norm(config: OutputNormConfig, ctx: BuildContext):
 @hookimpl
 def blockspec_register(register: Register) -> None:
     promises = ("residual", "causal")
-    register("block", "pre", PreConfig, build_pre, promises=promises)
-    register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x
     register("block", "parallel", ParallelConfig, build_parallel, promises=(*promises, "parallel"))
     register("block", "sandwich", SandwichConfig, build_sandwich, promises=promises)
     register("block", "output_norm", OutputNormConfig, build_output_norm, promises=promises)

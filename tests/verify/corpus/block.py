@@ -7,16 +7,18 @@ import blockspec_blocks
 import blockspec_extras
 import torch
 from attrs import field, frozen
-from blockspec_blocks import OutputNormConfig, ParallelConfig, PreConfig, SandwichConfig
+from blockspec_blocks import OutputNormConfig, ParallelConfig, SandwichConfig
 from blockspec_blocks.modules import OutputNormBlock, ParallelBlock, SandwichBlock
 from blockspec_extras import ReZeroConfig
 from blockspec_extras.rezero import ReZeroBlock
 
+from blockspec.assembly import builtin
+from blockspec.assembly.builtin import PreConfig
 from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding, PreNormBlock, attend, in_range
 from tests.verify.corpus import MODEL_CACHE, Corpus, declared
 
 CORPUS = Corpus()
-PRE = declared(blockspec_blocks, "block", "pre")
+PRE = declared(builtin, "block", "pre")
 SANDWICH = declared(blockspec_blocks, "block", "sandwich")
 OUTPUT_NORM = declared(blockspec_blocks, "block", "output_norm")
 PARALLEL = declared(blockspec_blocks, "block", "parallel")
