@@ -9,6 +9,8 @@ with one entry in ``COMMANDS``.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import io
 import json
 import tokenize
@@ -210,3 +212,28 @@ def test_no_layout_file_name_is_spelt_outside_its_owner():
             spelt.setdefault(name, set()).add(path.relative_to(CORE).as_posix())
     strays = {name: sorted(where - OWNERS[name]) for name, where in spelt.items() if where - OWNERS[name]}
     assert strays == {}
+
+
+# ---------------------------------------------------------------- cheap to open; old paths keep working
+
+
+def test_opening_a_spec_file_loads_no_torch():
+    code = ("import sys\nfrom blockspec.sources import open_source\n"
+            "source = open_source('examples/specs/tiny-shakespeare.toml')\n"
+            "print(source.kind, source.tokenizer(), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=CORE.parents[1])
+    assert done.stdout.split() == ["spec", "None", "False"], done.stderr
+
+
+@pytest.mark.parametrize(("old", "name"), [("blockspec.interop.sources", "load_spec_or_checkpoint"),
+                                           ("blockspec.train.tokenizer", "CharTokenizer"),
+                                           ("blockspec.train.textfiles", "chunks"),
+                                           ("blockspec.train.prepared", "PreparedDataset"),
+                                           ("blockspec.train.data", "CharDataset")])
+def test_the_old_paths_still_import_with_a_warning(old, name):
+    code = (f"import warnings\nwarnings.simplefilter('always')\nwith warnings.catch_warnings(record=True) as seen:\n"
+            f"    from {old} import {name}\nprint({name}.__module__, seen[0].category.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    module, warning = done.stdout.split()
+    assert module.startswith(("blockspec.sources", "blockspec.data")) and warning == "DeprecationWarning", done.stderr

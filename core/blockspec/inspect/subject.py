@@ -41,18 +41,19 @@ def open_subject(source: Source, *, text: str | None = None, ids: str | None = N
                  seed: int = 0, device: torch.device | str = "cpu") -> Subject:
     """``source``'s model (or its spec's, filled from ``weights``, or random from ``seed``) and ``text`` or ``ids``.
 
-    The input is checked before the model is built, so bad input fails fast."""
-    token_ids, tokenizer = _input_ids(source, text, ids)
-    model = _model(source, weights, seed).to(device).eval()
+    ``weights`` may be a checkpoint of the same model: its weights and its tokenizer are used. The
+    input is checked before the model is built, so bad input fails fast."""
+    origin = _checkpoint_of_same_model(weights, source) if weights and is_checkpoint(weights) else source
+    token_ids, tokenizer = _input_ids(origin.tokenizer(), source.spec.model.vocab_size, text, ids)
+    model = _model(source, origin, weights, seed).to(device).eval()
     described = weights or (str(source.path) if source.has_weights else
                             f"random (seed {seed}; pass --weights FILE for trained ones)")
     return Subject(model=model, ids=token_ids, labels=[label_of(tokenizer, i) for i in token_ids],
                    tokenizer=tokenizer, weights=described)
 
 
-def _input_ids(source: Source, text: str | None, ids: str | None) -> tuple[list[int], Tokenizer | None]:
-    vocab_size = source.spec.model.vocab_size
-    own = source.tokenizer()
+def _input_ids(own: Tokenizer | None, vocab_size: int, text: str | None,
+               ids: str | None) -> tuple[list[int], Tokenizer | None]:
     if ids is not None:
         return parse_ids(ids, vocab_size), own if own is not None else _stand_in_or_none(vocab_size)
     if not text:
@@ -72,11 +73,11 @@ def _stand_in_or_none(vocab_size: int) -> Tokenizer | None:
         return None
 
 
-def _model(source: Source, weights: str | None, seed: int) -> Transformer:
+def _model(source: Source, origin: Source, weights: str | None, seed: int) -> Transformer:
+    if origin is not source:
+        return origin.model()
     if weights is None:
         return source.model(seed=seed)
-    if is_checkpoint(weights):
-        return _checkpoint_weights(weights, source)
     from blockspec.assembly.assemble import build_unfilled
 
     model = build_unfilled(source.spec, registry=source.registry)  # the file fills every tensor, or is refused
@@ -85,9 +86,9 @@ def _model(source: Source, weights: str | None, seed: int) -> Transformer:
     return model
 
 
-def _checkpoint_weights(path: str, source: Source) -> Transformer:
-    """A checkpoint's weights for ``source``'s model: what a user who trained CKPT from SPEC means; through the
-    verified loader, accepted when CKPT's model is SPEC's (the name aside)."""
+def _checkpoint_of_same_model(path: str, source: Source) -> Source:
+    """A checkpoint given as the weights of ``source``'s model: what a user who trained CKPT from SPEC means;
+    accepted when CKPT's model is SPEC's (the name aside), and loaded through the verified loader."""
     from blockspec.spec.convert import spec_to_dict
 
     checkpoint = open_source(path, source.registry)
@@ -101,7 +102,7 @@ def _checkpoint_weights(path: str, source: Source) -> Transformer:
         raise CheckpointError(f"weights: {path} is a checkpoint of {checkpoint.spec.model.name!r}, a different model "
                               f"than SPEC's {source.spec.model.name!r}; trace the checkpoint itself: "
                               f"blockspec trace {path} ...")
-    return checkpoint.model()
+    return checkpoint
 
 
 def _refuse_hugging_face_file(path: str, model: Transformer) -> None:

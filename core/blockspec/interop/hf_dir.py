@@ -19,7 +19,7 @@ from blockspec.errors import CheckpointError
 from blockspec.spec.json_read import read_json_object
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
-from blockspec.interop.hf_layout import CONFIG, SAFETENSORS, carried_files  # noqa: F401 (carried_files: re-export)
+from blockspec.interop.hf_layout import CONFIG, SAFETENSORS, carried_files, is_hf_directory  # noqa: F401 (re-exports)
 
 PICKLES = ("pytorch_model.bin", "model.pt", "model.bin")
 JSON_LIMIT = 64 * 1024 * 1024
@@ -33,7 +33,7 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a directory (expected a Hugging Face model directory)")
-    if not (directory / CONFIG).is_file():
+    if not is_hf_directory(directory):
         raise CheckpointError(f"{directory}: no {CONFIG}; expected a Hugging Face model directory")
     return read_json(directory / CONFIG)
 
