@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from blockspec.checkpoint.outputs import check_writable_target
-from blockspec.cli.common import UsageError, add_json_argument, emit_json, flag_names, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 FLAGS = {"overwrite=True": "--force"}
 
@@ -30,9 +30,7 @@ def _export(args: argparse.Namespace) -> int:
     from blockspec.interop.hf_layout import CONFIG, SAFETENSORS
     from blockspec.sources import open_source
 
-    source = open_source(args.checkpoint, registry_with_warnings())
-    if not source.has_weights:
-        raise UsageError(f"{args.checkpoint}: a spec file holds no weights to export; give a checkpoint")
+    source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
     model = source.model()
     with flag_names(FLAGS):
         export_hf(model, args.out, overwrite=args.force)  # with the files the model carries, as the library does

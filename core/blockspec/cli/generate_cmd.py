@@ -46,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None and not args.prompt:
         raise UsageError("--prompt: expected at least one character, found an empty text")
     with flag_names(FLAGS):
-        source = open_source(args.checkpoint, registry_with_warnings())
-        if not source.has_weights:
-            raise UsageError(f"{args.checkpoint}: a spec file holds no weights to generate with; give a checkpoint "
-                             "(blockspec train --out) or a Hugging Face directory")
+        source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
         model, tokenizer = source.model(device=device), source.tokenizer()
     prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size)], dtype=torch.long,
                           device=device)  # (1, N)

@@ -99,19 +99,29 @@ class Source:
 
     def _built(self, seed: int | None, dtype, device) -> Transformer:
         if seed is None:
-            raise CheckpointError(f"{self.path}: a spec file holds no weights; blockspec.load reads a checkpoint or "
-                                  "a Hugging Face directory; build a model from a spec with "
-                                  "blockspec.build(blockspec.load_spec(path), seed=0)")
+            _refuse_weightless(self.path)
         from blockspec.assembly.assemble import build
 
         return build(self.spec, registry=self.registry, seed=seed, dtype=dtype, device=device)
 
 
-def open_source(path: str | Path, registry: Registry | None = None) -> Source:
-    """Whatever is at ``path``, with its spec read (and locked); CheckpointError or SpecError if it cannot be."""
+def open_source(path: str | Path, registry: Registry | None = None, *, with_weights: bool = False) -> Source:
+    """Whatever is at ``path``, with its spec read (and locked); CheckpointError or SpecError if it cannot be.
+
+    ``with_weights``: only a source that holds weights will do (a spec file, or nothing at ``path``, is refused
+    before anything is read)."""
     registry = registry if registry is not None else _default_registry()
     kind = source_kind(path)
+    if with_weights and kind == "spec":
+        _refuse_weightless(Path(path))
     return Source(path=Path(path), kind=kind, spec=_spec(Path(path), kind, registry), registry=registry)
+
+
+def _refuse_weightless(path: Path) -> None:
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint directory (nor a Hugging Face directory)")
+    raise CheckpointError(f"{path}: a spec file holds no weights; give a checkpoint or a Hugging Face directory "
+                          "(build a model from a spec with blockspec.build(blockspec.load_spec(path), seed=0))")
 
 
 def _spec(path: Path, kind: SourceKind, registry: Registry) -> ModelSpec:
@@ -165,4 +175,5 @@ def load(path: str | Path, *, registry: Registry | None = None, dtype: torch.dty
     The model comes back in training mode, like one ``build`` returns, and keeps its source's
     Hugging Face files (``model.carried``), which ``save`` and ``export_hf`` write back.
     """
-    return open_source(path, registry).model(dtype=dtype, device=device, allow_pickle=allow_pickle)
+    source = open_source(path, registry, with_weights=True)
+    return source.model(dtype=dtype, device=device, allow_pickle=allow_pickle)
