@@ -23,7 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import blockspec  # noqa: E402
 from benchmarks.timing import interleave, paired_ratio  # noqa: E402
-from blockspec.train.data import CharDataset, batch_seed  # noqa: E402
+from blockspec.data.dataset import CharDataset, batch_seed  # noqa: E402
 from blockspec.train.loop import Trainer, TrainConfig  # noqa: E402
 
 SPECS = (HERE.parent / "examples/specs/tiny-shakespeare.toml", HERE / "specs/bpe-10m.toml")

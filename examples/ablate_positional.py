@@ -21,7 +21,7 @@ import attrs
 import torch
 
 import blockspec
-from blockspec.train.data import CharDataset
+from blockspec.data.dataset import CharDataset
 from blockspec.train.loop import Trainer, make_config
 
 ROOT = Path(__file__).resolve().parents[1]

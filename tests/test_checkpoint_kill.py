@@ -20,7 +20,7 @@ import torch
 
 import blockspec
 from blockspec.train.checkpointing import load_checkpoint, save_checkpoint
-from blockspec.train.data import CharDataset
+from blockspec.data.dataset import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
 
 from .corpus import small_play

@@ -85,7 +85,7 @@ def test_train_refuses_a_classifier_head_up_front(capsys, assets, tmp_path, monk
 
 def test_the_trainer_refuses_a_classifier_head_too(registry, assets, tmp_path):
     import blockspec
-    from blockspec.train.data import CharDataset
+    from blockspec.data.dataset import CharDataset
     from blockspec.train.loop import NotALanguageModelError, Trainer, make_config
 
     text = assets.spec.read_text().replace('[head]\nuse = "lm"', '[head]\nuse = "classifier"\nn_classes = 3')

@@ -116,7 +116,10 @@ def test_check_json_has_one_object_per_spec_with_located_problems(capsys, tmp_pa
 def test_json_keeps_non_ascii_text_readable(capsys, tmp_path, trained):
     code, out, _ = run(capsys, "generate", trained / "ckpt", "--prompt", "to", "--max-new-tokens", "0",
                        "--device", "cpu", "--json")
-    assert code == 0 and json.loads(out) == {"prompt": "to", "text": "to", "new_tokens": 0}
+    found = json.loads(out)
+    assert code == 0 and found == {"model": found["model"], "prompt": "to", "text": "to", "new_tokens": 0,
+                                   "ids": found["ids"], "tokenizer": found["tokenizer"]}
+    assert found["tokenizer"].startswith("characters")
     common.emit_json({"text": "né"})
     assert '"né"' in capsys.readouterr().out
 

@@ -96,7 +96,7 @@ def test_errors_are_lines_with_exit_2(capsys, tmp_path, argv):
 
 def test_sources_load_any_of_spec_checkpoint_and_hugging_face_directory(tmp_path, registry, hf_llama):
     from blockspec.errors import CheckpointError
-    from blockspec.interop.sources import load_model, load_spec_or_checkpoint
+    from blockspec.sources import load_model, load_spec_or_checkpoint
 
     model, hf_dir = hf_llama
     checkpoint = blockspec.save(model, tmp_path / "ckpt")
@@ -115,6 +115,10 @@ def test_sources_load_any_of_spec_checkpoint_and_hugging_face_directory(tmp_path
 
 def test_trace_runs_on_an_imported_checkpoint_with_its_weights(capsys, tmp_path, hf_llama):
     model, source = hf_llama
+    assert run(capsys, "import-hf", source, "--out", tmp_path / "broken")[0] == 0
+    code, _, err = run(capsys, "trace", tmp_path / "broken", "--ids", "5,7,11")  # its tokenizer spells the ids
+    assert code == 2 and "hf/tokenizer.json: not a Hugging Face tokenizer" in err and len(err.splitlines()) == 1
+    (source / "tokenizer.json").unlink()  # the fixture's stands in for one and cannot be read
     assert run(capsys, "import-hf", source, "--out", tmp_path / "ckpt")[0] == 0
     code, out, err = run(capsys, "trace", tmp_path / "ckpt", "--ids", "5,7,11", "--stage", "logits", "--json")
     assert code == 0, err

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 import blockspec
-from blockspec.train.data import CharDataset
+from blockspec.data.dataset import CharDataset
 from blockspec.train.loop import Trainer, TrainConfig
 
 from .corpus import small_play

@@ -47,7 +47,7 @@ def test_the_tree_keeps_every_contract():
     ("spec/kinds.py", "import torch", "The spec and the registry import no torch"),
     ("registry/components.py", "from blockspec.assembly import assemble", LAYERS),
     ("modules/blocks.py", "from blockspec.checkpoint import directory", LAYERS),
-    ("train/data.py", "from blockspec.cli import common", "Nothing imports the command line"),
+    ("data/dataset.py", "from blockspec.cli import common", "Nothing imports the command line"),
     ("spec/strict.py", "from blockspec.spec import convert", "No import cycles between sibling modules"),
     ("plugin.py", "import torch", "The plugin API is as light as the spec layer: no torch at import"),
 ])

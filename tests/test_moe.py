@@ -14,7 +14,7 @@ import blockspec
 from blockspec.errors import SpecError
 from blockspec.inspect.trace import trace
 from blockspec.testing.properties.ffn import naive_mixture
-from blockspec.train.data import CharDataset
+from blockspec.data.dataset import CharDataset
 from blockspec.train.generate import generate
 from blockspec.train.loop import Trainer, TrainConfig, auxiliary_loss
 from tests.conftest import ROOT

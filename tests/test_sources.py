@@ -1,6 +1,6 @@
 """Every SPEC is a spec file, a checkpoint or a Hugging Face directory; the Python API's edges.
 
-Issue 17, findings 5 and 11: one resolver (``blockspec.interop.sources``) behind every
+Issue 17, findings 5 and 11: one resolver (``blockspec.sources``) behind every
 command and ``blockspec.load``; clear errors for 1-D and out-of-vocabulary ids; paths in
 ``count_parameters``; one mode rule (training mode) for ``build`` and ``load``.
 """
@@ -17,9 +17,8 @@ import blockspec
 from blockspec.checkpoint.directory import read_checkpoint_manifest
 from blockspec.cli import main
 from blockspec.interop import export_hf
-from blockspec.interop.sources import load_model, load_spec_or_checkpoint
+from blockspec.sources import load_model, load_spec_or_checkpoint, tokenizer_of
 from blockspec.spec.convert import spec_to_dict
-from blockspec.train.checkpointing import read_tokenizer
 
 from .corpus import small_play
 from .specs import spec_text
@@ -99,7 +98,7 @@ def test_train_on_a_checkpoint_fine_tunes_from_its_weights_and_tokenizer(capsys,
     assert code == 0, err
     before, after = blockspec.load(sources / "ckpt"), blockspec.load(sources / "tuned")
     assert all(torch.equal(a, b) for a, b in zip(state(before).values(), state(after).values(), strict=True))
-    assert read_tokenizer(sources / "tuned") == read_tokenizer(sources / "ckpt")
+    assert tokenizer_of(sources / "tuned") == tokenizer_of(sources / "ckpt")
     assert read_checkpoint_manifest(sources / "tuned").extra["step"] == 0  # a new run, not a resumed one
 
 

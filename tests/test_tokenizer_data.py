@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from blockspec.cli import main
-from blockspec.train.data import CharDataset
-from blockspec.train.prepared import PreparedDataset, prepare, resolve_tokenizer
-from blockspec.train.textfiles import chunks
-from blockspec.train.tokenizer import train_bpe
+from blockspec.data.dataset import CharDataset
+from blockspec.data.prepared import PreparedDataset, prepare
+from blockspec.sources import tokenizer_at
+from blockspec.data.textfiles import chunks
+from blockspec.data.tokenizer import train_bpe
 
 from .corpus import small_play
 from .specs import spec_text
@@ -83,7 +84,7 @@ def test_train_on_prepared_data_resumes_and_generates_with_its_bpe(prepared, cap
     assert resumed["val_loss"] == whole["val_loss"]
     assert main(["generate", ckpt, "--prompt", "ROMEO:", "--max-new-tokens", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["text"].startswith("ROMEO:")
-    meta = prepare([prepared / "play.txt"], resolve_tokenizer(ckpt), prepared / "again")  # the checkpoint's BPE
+    meta = prepare([prepared / "play.txt"], tokenizer_at(ckpt), prepared / "again")  # the checkpoint's BPE
     assert meta["tokenizer_sha256"] == PreparedDataset(prepared / "data").meta.tokenizer_sha256
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 import blockspec
 from blockspec.errors import CheckpointError
 from blockspec.train.checkpointing import load_checkpoint, load_model, save_checkpoint
-from blockspec.train.data import CharDataset, DataError, batch_seed
+from blockspec.data.dataset import CharDataset, DataError, batch_seed
 from blockspec.train.distributed import DistributedError, World
 from blockspec.train.loop import Trainer, TrainConfig, TrainConfigError, make_config
 
@@ -62,7 +62,7 @@ def test_text_the_model_cannot_hold_is_refused_with_the_fix():
 
 
 def blockspec_tokenizer(chars):
-    from blockspec.train.tokenizer import CharTokenizer
+    from blockspec.data.tokenizer import CharTokenizer
 
     return CharTokenizer(chars)
 

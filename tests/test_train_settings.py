@@ -12,7 +12,7 @@ import torch
 import blockspec
 from blockspec.cli import main
 from blockspec.train.checkpointing import load_checkpoint, save_checkpoint
-from blockspec.train.data import CharDataset
+from blockspec.data.dataset import CharDataset
 from blockspec.train.distributed import World
 from blockspec.train.loop import Trainer, TrainConfig, TrainConfigError, make_config
 from blockspec.train.optim import decayed_names, learning_rate

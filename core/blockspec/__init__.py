@@ -30,7 +30,7 @@ from blockspec.registry.hookspecs import API_VERSION, hookimpl, hookspec
 from blockspec.registry.loading import load_registry, make_plugin_manager
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
-from blockspec.train.tokenizer import CharTokenizer, TokenizerError
+from blockspec.data.tokenizer import CharTokenizer, TokenizerError
 
 _moved.install()
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from blockspec.inspect import debug
     from blockspec.assembly.assemble import build
     from blockspec.checkpoint.directory import save
-    from blockspec.interop.sources import load
+    from blockspec.sources import load
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
     from blockspec.modules.transformer import Transformer
@@ -49,7 +49,7 @@ _LAZY_MODULES = {"debug": "blockspec.inspect.debug"}  # submodules that import t
 _LAZY = {
     "BuildContext": "blockspec.assembly.context",
     "build": "blockspec.assembly.assemble",
-    "load": "blockspec.interop.sources",  # any source with weights: a checkpoint or a Hugging Face directory
+    "load": "blockspec.sources",  # any source with weights: a checkpoint or a Hugging Face directory
     "save": "blockspec.checkpoint.directory",
     "count_parameters": "blockspec.assembly.counting",
     "estimate_parameters": "blockspec.assembly.counting",

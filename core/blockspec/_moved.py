@@ -3,7 +3,8 @@
 ``import blockspec.validators`` still works and warns once, naming where the module lives now;
 so do submodules of a moved package (``blockspec.explore.page``), which resolve to the one
 module at the new place, never a second copy. ``blockspec.spec`` is not here: the package
-took the old module's name, and resolves the old module's names itself (``spec/__init__.py``).
+took the old module's name, and resolves the old module's names itself (``spec/__init__.py``);
+so does ``blockspec.sources`` (it was ``interop/sources.py``; its names are the package's).
 New code imports from ``blockspec.plugin`` (plugin authors) or the subpackages.
 """
 
@@ -31,7 +32,9 @@ MOVED = {
     "background_digest": "checkpoint.digest",
     "trace_plots": "inspect.plots", "summary": "inspect.summary", "debug": "inspect.debug",
     "explore": "inspect.explore", "explore.page": "inspect.explore.page", "explore.export": "inspect.explore.export",
-    "generate": "train.generate", "tokenizer": "train.tokenizer", "sources": "interop.sources",
+    "generate": "train.generate", "tokenizer": "data.tokenizer", "interop.sources": "sources",
+    "train.tokenizer": "data.tokenizer", "train.textfiles": "data.textfiles", "train.prepared": "data.prepared",
+    "train.data": "data.dataset",
 }
 PREFIX = "blockspec."
 

@@ -26,7 +26,7 @@ def count_parameters(spec: ModelSpec | str | os.PathLike[str], registry: Registr
     """Build on the meta device and count: a 70B spec costs no memory.
 
     ``spec``: a ModelSpec or the path of a spec file. (The spec of a checkpoint or a Hugging Face
-    directory: ``blockspec.interop.sources.load_spec_or_checkpoint(path)``.)
+    directory: ``blockspec.sources.load_spec_or_checkpoint(path)``.)
     """
     from blockspec.assembly.assemble import build  # torch loads here, not when the CLI starts
 
@@ -34,7 +34,7 @@ def count_parameters(spec: ModelSpec | str | os.PathLike[str], registry: Registr
         if Path(spec).is_dir():
             raise SpecError(f"{spec}: a directory; count_parameters reads a spec file or takes a ModelSpec "
                             "(a checkpoint's or Hugging Face directory's: "
-                            "blockspec.interop.sources.load_spec_or_checkpoint(path))")
+                            "blockspec.sources.load_spec_or_checkpoint(path))")
         spec = load_spec(spec, registry)
     elif not isinstance(spec, ModelSpec):
         raise TypeError(f"count_parameters: expected a ModelSpec or the path of a spec file (str or Path), "

@@ -1,11 +1,12 @@
 """blockspec's own checkpoint: a directory that says what the model is, what built it, and its weights.
 
-Layout::
+Layout (the names: layout.py)::
 
     CKPT/
       spec.toml           the spec, then a [lock] table: "kind:name" -> distribution + version
       model.safetensors   unique tensors only (a tied head is stored once, as embedding.weight)
       manifest.json       sha256 and size of every file, sha256 of every tensor, the caller's ``extra``
+      hf/...              the Hugging Face files the model carries (``model.carried``)
       ...                 extra files given to ``save`` (e.g. tokenizer.json, optimizer.safetensors)
 
 The directory is written atomically and exclusively (see atomic.py): an existing checkpoint
@@ -32,8 +33,18 @@ from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
 from blockspec.errors import CheckpointError, SpecError
 from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
-from blockspec.checkpoint.manifest import (
+from blockspec.checkpoint.layout import (
     MANIFEST_FILE,
+    RESERVED,
+    SPEC_FILE,
+    TRAINING_FILES,
+    WEIGHTS_FILE,
+    CARRIED_PREFIX,
+    carried_entries,
+    carried_names,
+    is_checkpoint,
+)
+from blockspec.checkpoint.manifest import (
     Manifest,
     check_file_name,
     check_sizes,
@@ -49,12 +60,6 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.verified_weights import load_verified_weights
 from blockspec.checkpoint.weights import unique_state
 
-SPEC_FILE = "spec.toml"
-WEIGHTS_FILE = "model.safetensors"
-RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE)
-# Only resuming training reads these (train/checkpointing.py): the model is whole without them,
-# so ``load`` tolerates their absence; present, they are checked like any other file.
-TRAINING_FILES = frozenset({"optimizer.safetensors", "training.json"})
 
 
 def save(
@@ -70,7 +75,8 @@ def save(
     ``extra`` is JSON metadata kept in the manifest (``read_manifest(path).extra``).
     ``extra_files`` maps names ("tokenizer.json", "hf/config.json": one or two plain parts) to
     bytes written beside the model, covered by the manifest and the same atomic write; read
-    one back, verified, with ``read_extra_file``.
+    one back, verified, with ``read_extra_file``. The Hugging Face files the model carries
+    (``model.carried``) are written as ``hf/`` files, unless ``extra_files`` names them itself.
 
     An existing checkpoint at ``path`` is refused (``OutputExistsError``) unless ``overwrite``,
     then replaced atomically: the old one stays until the new one is complete. Creating is
@@ -80,7 +86,7 @@ def save(
     target = Path(path)
     spec = _spec_of(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
-    files.update(_checked_extra_files(extra_files))
+    files.update(_checked_extra_files({**carried_entries(getattr(model, "carried", {})), **(extra_files or {})}))
     check_writable_target(target, kind="checkpoint", overwrite=overwrite)
     with atomic_directory(target, overwrite=overwrite) as staging:
         for name, data in files.items():
@@ -150,6 +156,7 @@ def load(
     check_sizes(directory, _without_absent_training_files(directory, manifest))
     spec = _read_spec(directory, manifest, registry)
     model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
+    model.carried = read_carried(directory)
     model = model.to(dtype=dtype) if dtype is not None else model
     return model.to(device) if device is not None else model
 
@@ -177,6 +184,12 @@ def read_extra_file(path: str | Path, name: str) -> bytes:
     return verify_file(directory, read_manifest(directory), name).read_bytes()
 
 
+def read_carried(path: str | Path) -> dict[str, bytes]:
+    """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified."""
+    names = carried_names(read_checkpoint_manifest(path).files)
+    return {name.removeprefix(CARRIED_PREFIX): read_extra_file(path, name) for name in names}
+
+
 def read_checkpoint_manifest(path: str | Path) -> Manifest:
     """The validated manifest: file list, tensor digests, and the ``extra`` given to save."""
     return read_manifest(checkpoint_directory(path))
@@ -188,7 +201,7 @@ def checkpoint_directory(path: str | Path) -> Path:
     if directory.is_dir():
         return directory
     backup = previous_of(directory)
-    if not directory.exists() and (backup / MANIFEST_FILE).is_file():
+    if not directory.exists() and is_checkpoint(backup):
         warnings.warn(f"{directory}: missing; reading the previous checkpoint left at {backup} "
                       "by an interrupted save", UserWarning, stacklevel=3)
         return backup

@@ -17,13 +17,13 @@ from typing import Annotated, Any
 from attrs import field, frozen
 
 from blockspec.checkpoint.digest import BackgroundDigest
+from blockspec.checkpoint.layout import MANIFEST_FILE
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
 from blockspec.errors import CheckpointError
 from blockspec.spec.documents import structure_document
 from blockspec.spec.json_read import read_json_object
 from blockspec.spec.validators import Check
 
-MANIFEST_FILE = "manifest.json"
 FORMAT = "blockspec-checkpoint"
 FORMAT_VERSION = 1
 MANIFEST_LIMIT = 16 * 1024 * 1024

@@ -21,11 +21,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+from blockspec.checkpoint.layout import is_checkpoint
 from blockspec.errors import CheckpointError
 
 Kind = Literal["checkpoint", "directory", "file"]
 LIBRARY_OPTION = "overwrite=True"
-MANIFEST_FILE = "manifest.json"  # what marks a directory as a blockspec checkpoint (manifest.py)
 
 
 class OutputExistsError(CheckpointError):
@@ -67,7 +67,7 @@ def check_writable_target(
         raise CheckpointError(f"{target}: exists and is not a directory; refusing to replace it")
     elif not any(target.iterdir()):
         return target  # an empty directory: nothing to lose
-    elif kind == "checkpoint" and not (target / MANIFEST_FILE).is_file():
+    elif kind == "checkpoint" and not is_checkpoint(target):
         raise CheckpointError(f"{target}: exists and is not a blockspec checkpoint; refusing to replace it "
                               "(choose another path or remove it yourself)")
     if not overwrite:

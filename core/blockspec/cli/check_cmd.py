@@ -6,7 +6,7 @@ import argparse
 
 from blockspec.assembly.counting import count_parameters
 from blockspec.errors import BlockspecError, Problem, SpecError
-from blockspec.interop.sources import load_spec_or_checkpoint
+from blockspec.sources import open_source
 from blockspec.cli.common import add_json_argument, emit_json, print_error, registry_with_warnings
 
 
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for path in args.specs:
         try:
-            spec = load_spec_or_checkpoint(path, registry)
+            spec = open_source(path, registry).spec
             count = count_parameters(spec, registry)
         except BlockspecError as error:  # a spec's problems, or a checkpoint's (a lock naming a missing plugin)
             problems = error.problems if isinstance(error, SpecError) else (Problem(file=str(path), message=str(error)),)

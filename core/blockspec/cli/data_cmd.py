@@ -21,17 +21,18 @@ def add_parser(subparsers) -> None:
     prepare.add_argument("--out", required=True, metavar="DIR", help="directory to write")
     prepare.add_argument("--force", action="store_true", help="replace --out if it exists")
     prepare.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_json_argument(prepare, "meta.json")
+    add_json_argument(prepare, "the dataset's meta.json document")
     prepare.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from blockspec.train.prepared import prepare, resolve_tokenizer
-    from blockspec.train.textfiles import check_text_files
+    from blockspec.data.prepared import prepare
+    from blockspec.data.textfiles import check_text_files
+    from blockspec.sources import tokenizer_at
 
     with flag_names({"overwrite=True": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
-    tokenizer = resolve_tokenizer(args.tokenizer)
+    tokenizer = tokenizer_at(args.tokenizer)
     total = check_text_files(args.files)
     with _bar(total, enabled=not (args.quiet or args.json)) as bar:
         meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.update)

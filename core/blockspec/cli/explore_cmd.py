@@ -7,20 +7,21 @@ import argparse
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.errors import CheckpointError
 from blockspec.cli.common import UsageError, add_json_argument, emit_json
-from blockspec.cli.trace_cmd import add_model_arguments, input_tensor, label_of, prepare
+from blockspec.cli.model_input import add_model_arguments, subject_of
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("explore", help="write a self-contained HTML explorer of one input's trace")
     add_model_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE.html", help="where to write the page")
-    add_json_argument(parser, "a JSON object (page, bytes, stages, model, weights)")
+    add_json_argument(parser, "a JSON object (page, bytes, stages, model, weights, input)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.explore.export import explorer_data
     from blockspec.inspect.explore.page import write_page
+    from blockspec.inspect.subject import label_of
     from blockspec.inspect.trace import trace
 
     # the page replaces a file of that name (as before), never a folder, an input or an unwritable place
@@ -28,20 +29,20 @@ def run(args: argparse.Namespace) -> int:
         check_writable_target(args.out, kind="file", overwrite=True, inputs=[args.spec, args.weights])
     except CheckpointError as error:
         raise UsageError(f"--out: {error}") from None
-    prepared = prepare(args)
-    result = trace(prepared.model, input_tensor(prepared))
-    data = explorer_data(prepared.model, result, ids=prepared.ids, weights=prepared.weights,
-                         label_of=lambda i: label_of(prepared.tokenizer, i),
-                         tokenizer=prepared.tokenizer.describe() if prepared.tokenizer else None)
+    subject = subject_of(args)
+    result = trace(subject.model, subject.input())
+    tokenizer = subject.tokenizer.describe() if subject.tokenizer else None
+    data = explorer_data(subject.model, result, ids=subject.ids, weights=subject.weights,
+                         label_of=lambda i: label_of(subject.tokenizer, i), tokenizer=tokenizer)
     try:
         path = write_page(data, args.out)
     except OSError as error:
         raise UsageError(f"--out: {args.out}: cannot write the page: {error.strerror or error}") from None
     size = path.stat().st_size
     if args.json:
-        emit_json({"page": str(path), "bytes": size, "stages": len(result), "model": prepared.model.spec.model.name,
-                   "weights": prepared.weights})
+        emit_json({"page": str(path), "bytes": size, "stages": len(result), "model": subject.model.spec.model.name,
+                   "weights": subject.weights, "input": {"ids": subject.ids, "tokenizer": tokenizer}})
         return 0
-    print(f"wrote {path} ({size / 1e6:.2f} MB): {len(result)} stages of {prepared.model.spec.model.name}, "
-          f"weights {prepared.weights}; open it in a browser (no network needed)")
+    print(f"wrote {path} ({size / 1e6:.2f} MB): {len(result)} stages of {subject.model.spec.model.name}, "
+          f"weights {subject.weights}; open it in a browser (no network needed)")
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
@@ -27,27 +26,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file
-    from blockspec.errors import CheckpointError
     from blockspec.interop import export_hf
-    from blockspec.interop.hf_dir import CARRIED_PREFIX
+    from blockspec.interop.hf_layout import CONFIG, SAFETENSORS
+    from blockspec.sources import open_source
 
-    registry = registry_with_warnings()
-    model = load(args.checkpoint, registry=registry)
-    names = [n for n in read_checkpoint_manifest(args.checkpoint).files if n.startswith(CARRIED_PREFIX)]
-    carried = {n.removeprefix(CARRIED_PREFIX): read_extra_file(args.checkpoint, n) for n in names}
-    base = None
-    if "config.json" in carried:
-        try:
-            base = json.loads(carried.pop("config.json"))
-        except ValueError as error:
-            raise CheckpointError(f"{args.checkpoint}: {CARRIED_PREFIX}config.json: not valid JSON: {error}") from None
+    source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
+    model = source.model()
     with flag_names(FLAGS):
-        export_hf(model, args.out, base_config=base, extra_files=carried, overwrite=args.force)
+        export_hf(model, args.out, overwrite=args.force)  # with the files the model carries, as the library does
+    carried = sorted(name for name in model.carried if name != CONFIG)
     if args.json:
         emit_json({"checkpoint": str(args.checkpoint), "directory": str(args.out),
-                   "files": ["config.json", "model.safetensors", *sorted(carried)], "carried": sorted(carried)})
+                   "files": [CONFIG, SAFETENSORS, *carried], "carried": carried})
         return 0
-    kept = ", ".join(sorted(carried)) or "none"
-    print(f"exported {args.checkpoint} -> {args.out}  (config.json, model.safetensors; carried files: {kept})")
+    kept = ", ".join(carried) or "none"
+    print(f"exported {args.checkpoint} -> {args.out}  ({CONFIG}, {SAFETENSORS}; carried files: {kept})")
     return 0

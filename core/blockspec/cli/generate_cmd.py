@@ -16,7 +16,7 @@ FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those",
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a trained or imported checkpoint")
     parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out` "
-                        "or `blockspec import-hf --out`")
+                        "or `blockspec import-hf --out`, or a Hugging Face directory")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", metavar="TEXT", help="text to continue, in the checkpoint's tokenizer")
     prompt.add_argument("--ids", metavar="IDS", help="token ids to continue, comma-separated (1,2,3): for a "
@@ -32,21 +32,22 @@ def add_parser(subparsers) -> None:
                         "(slide, the default) or refuse (error)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
-    add_json_argument(parser, "a JSON object (prompt, text, new_tokens)")
+    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from blockspec.sources import open_source
     from blockspec.train.generate import generate
-    from blockspec.train.checkpointing import load_model
 
     device = resolve_device(args.device)
     if args.prompt is not None and not args.prompt:
         raise UsageError("--prompt: expected at least one character, found an empty text")
     with flag_names(FLAGS):
-        model, tokenizer = load_model(args.checkpoint, registry_with_warnings(), device=device)
+        source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
+        model, tokenizer = source.model(device=device), source.tokenizer()
     prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size)], dtype=torch.long,
                           device=device)  # (1, N)
     limit = model.positional.max_positions if args.overflow == "error" else None
@@ -55,12 +56,12 @@ def run(args: argparse.Namespace) -> int:
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
                        vocab_limit=None if tokenizer is None else tokenizer.vocab_size)
-    _report(args, tokenizer, ids[0].tolist(), new_tokens)
+    _report(args, model, tokenizer, ids[0].tolist(), new_tokens)
     return 0
 
 
 def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int) -> list[int]:
-    from blockspec.train.tokenizer import parse_ids
+    from blockspec.data.tokenizer import parse_ids
 
     if args.ids is not None:
         return parse_ids(args.ids, vocab_size)
@@ -70,12 +71,13 @@ def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int) -> list[in
     return _encoded(tokenizer, args.prompt)
 
 
-def _report(args: argparse.Namespace, tokenizer, ids: list[int], new_tokens: int) -> None:
+def _report(args: argparse.Namespace, model, tokenizer, ids: list[int], new_tokens: int) -> None:
     """Text when the prompt was text; ids (and their text, when a tokenizer can decode them) for --ids."""
     text = None if tokenizer is None else tokenizer.decode(ids)
     if args.json:
-        found = {"prompt": args.prompt, "text": text, "new_tokens": new_tokens}
-        emit_json(found if args.ids is None else {**found, "prompt_ids": args.ids, "ids": ids})
+        found = {"model": model.spec.model.name, "prompt": args.prompt, "text": text, "new_tokens": new_tokens,
+                 "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe()}
+        emit_json(found if args.ids is None else {**found, "prompt_ids": args.ids})
     elif args.ids is not None:
         print(",".join(map(str, ids)))
     else:
@@ -92,7 +94,7 @@ def _new_tokens(requested: int | None, max_positions: int | None, prompt_length:
 
 
 def _encoded(tokenizer, prompt: str) -> list[int]:
-    from blockspec.train.tokenizer import TokenizerError
+    from blockspec.data.tokenizer import TokenizerError
 
     try:
         return tokenizer.encode(prompt)

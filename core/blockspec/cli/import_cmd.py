@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from blockspec.checkpoint.outputs import check_writable_target
-from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
+from blockspec.cli.common import UsageError, add_json_argument, emit_json, flag_names, registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
 FLAGS = {"allow_pickle=True": "--allow-pickle", "overwrite=True": "--force"}
@@ -34,23 +33,24 @@ def _import(args: argparse.Namespace) -> int:
     import torch
 
     from blockspec.checkpoint.directory import save
-    from blockspec.interop import import_hf
-    from blockspec.interop.hf_dir import CARRIED_PREFIX, carried_files
+    from blockspec.checkpoint.layout import carried_entries
+    from blockspec.sources import open_source
 
-    registry = registry_with_warnings()
-    source = Path(args.directory)
+    source = open_source(args.directory, registry_with_warnings())
+    if source.kind != "hf":
+        raise UsageError(f"{args.directory}: is a {source.kind}, not a Hugging Face directory (with its config.json)")
     dtype = None if args.dtype == "keep" else getattr(torch, args.dtype)
     with flag_names(FLAGS):
-        model = import_hf(source, registry=registry, allow_pickle=args.allow_pickle, dtype=dtype)
-    carried = {CARRIED_PREFIX + name: data for name, data in carried_files(source).items()}
-    save(model, args.out, extra={"imported_from": source.resolve().name}, extra_files=carried, overwrite=args.force)
+        model = source.model(allow_pickle=args.allow_pickle, dtype=dtype)
+    save(model, args.out, extra={"imported_from": source.path.resolve().name}, overwrite=args.force)  # hf/ files too
+    carried = sorted(carried_entries(model.carried))
     count = sum(p.numel() for p in model.parameters())
     dtype_name = str(next(model.parameters()).dtype).removeprefix("torch.")
     if args.json:
-        emit_json({"source": str(source), "checkpoint": str(args.out), "name": model.spec.model.name,
-                   "parameters": count, "dtype": dtype_name, "carried": sorted(carried)})
+        emit_json({"source": str(source.path), "checkpoint": str(args.out), "name": model.spec.model.name,
+                   "parameters": count, "dtype": dtype_name, "carried": carried})
         return 0
-    kept = ", ".join(sorted(carried)) or "none"
-    print(f"imported {source} -> {args.out}  ({model.spec.model.name}: {count:,} parameters, "
+    kept = ", ".join(carried) or "none"
+    print(f"imported {source.path} -> {args.out}  ({model.spec.model.name}: {count:,} parameters, "
           f"{next(model.parameters()).dtype}; carried files: {kept})")
     return 0

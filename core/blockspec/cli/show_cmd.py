@@ -6,7 +6,7 @@ import argparse
 
 import attrs
 
-from blockspec.interop.sources import load_spec_or_checkpoint
+from blockspec.sources import open_source
 from blockspec.inspect.summary import (
     ModelSummary,
     ModuleRow,
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     if args.tree:
         return _run_tree(args, registry)
-    summary = summarize(load_spec_or_checkpoint(args.spec, registry), registry)
+    summary = summarize(open_source(args.spec, registry).spec, registry)
     if args.json:
         emit_json(_as_json(summary))
     else:
@@ -68,7 +68,7 @@ def _cells(row: ModuleRow) -> tuple[str, ...]:
 
 
 def _run_tree(args: argparse.Namespace, registry) -> int:
-    spec = load_spec_or_checkpoint(args.spec, registry)
+    spec = open_source(args.spec, registry).spec
     tree = component_tree(spec, registry)
     if args.json:
         emit_json({"name": spec.model.name, "tree": _tree_json(tree)})

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, positive_int
-
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def add_parser(subparsers) -> None:
@@ -25,8 +21,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blockspec.train.textfiles import check_text_files, chunks
-    from blockspec.train.tokenizer import train_bpe
+    from blockspec.data.textfiles import check_text_files, chunks
+    from blockspec.data.tokenizer import train_bpe, write_tokenizer_directory
 
     with flag_names({"overwrite=True": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=args.files)
@@ -34,10 +30,8 @@ def run(args: argparse.Namespace) -> int:
     texts = (text for path in args.files for text in chunks(path))
     with flag_names({"vocab_size:": "--vocab-size:"}):
         tokenizer = train_bpe(texts, args.vocab_size, source=args.files[0])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TOKENIZER_FILE).write_bytes(tokenizer.data)
-    summary = {"tokenizer": str(out / TOKENIZER_FILE), "vocab_size": tokenizer.vocab_size,
+    written = write_tokenizer_directory(tokenizer, args.out)
+    summary = {"tokenizer": str(written), "vocab_size": tokenizer.vocab_size,
                "sha256": tokenizer.sha256}
     if args.json:
         emit_json(summary)

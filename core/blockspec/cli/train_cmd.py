@@ -108,25 +108,26 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace, world) -> int:
     from blockspec.assembly.assemble import build
-    from blockspec.train.checkpointing import carried_of, load_checkpoint, source_tokenizer
+    from blockspec.checkpoint.layout import carried_entries
+    from blockspec.sources import open_source
+    from blockspec.train.checkpointing import load_checkpoint
     from blockspec.train.loop import Trainer, check_lm_head
-    from blockspec.interop.sources import load_model, load_spec_or_checkpoint, source_kind
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
-    spec = load_spec_or_checkpoint(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
+    source = open_source(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
+    spec = source.spec
     check_lm_head(registry.get("head", spec.head.name, spec.head.distribution), source=args.spec)
     resume = load_checkpoint(args.resume, registry) if args.resume else None
     if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
         raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "
                               "pass the spec it was trained from")
-    kind = source_kind(args.spec)
-    weights = kind != "spec" and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
-    tokenizer = resume.tokenizer if resume else source_tokenizer(args.spec) if weights else None
-    args.carried = resume.carried if resume else carried_of(args.spec) if weights else {}
+    weights = source.has_weights and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
+    tokenizer = resume.tokenizer if resume else source.tokenizer() if weights else None
+    args.carried = resume.carried if resume else carried_entries(source.carried()) if weights else {}
     data = _dataset(args, tokenizer)
     data.check_fits(spec.model.vocab_size, spec.model.context_length)
     config = _config(args, resume)
-    model = load_model(args.spec, registry) if weights else build(spec, registry=registry, seed=config.seed)
+    model = source.model() if weights else build(spec, registry=registry, seed=config.seed)
     _set_threads(args.threads, model, world)
     trainer = Trainer(model, data, config, world=world, strategy="fsdp" if args.fsdp else "ddp", resume=resume)
     return _Session(args, trainer).run()
@@ -135,8 +136,8 @@ def _train(args: argparse.Namespace, world) -> int:
 def _dataset(args: argparse.Namespace, tokenizer):
     """A prepared directory (its tokenizer must be the model's, if the model has one), else a text file
     (encoded with the model's tokenizer, if it has one: characters or subwords, each id keeps its meaning)."""
-    from blockspec.train.data import CharDataset
-    from blockspec.train.prepared import PreparedDataset
+    from blockspec.data.dataset import CharDataset
+    from blockspec.data.prepared import PreparedDataset
 
     if not Path(args.data).is_dir():
         return CharDataset.from_file(args.data, tokenizer)

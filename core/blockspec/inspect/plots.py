@@ -52,6 +52,30 @@ def write_plots(trace: Trace, model: Transformer, out_dir: str | Path, labels: S
     return written
 
 
+class _SiblingFiles:
+    """Stands in for the plots' output folder: ``out / "stages.png"`` is the file itself, and any other
+    picture ``out / "NAME.png"`` is its sibling STEM-NAME.SUFFIX, so the file's suffix picks every format."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __truediv__(self, name: str) -> Path:
+        picture = name.removesuffix(".png")
+        if picture == "stages":
+            return self.target
+        return self.target.with_name(f"{self.target.stem}-{picture}{self.target.suffix}")
+
+
+def write_plots_beside(trace: Trace, model: Transformer, file: str | Path, labels: Sequence[str]) -> list[Path]:
+    """The stage overview in ``file``, then one sibling per attention layer and the positional encoding."""
+    out, plt = _SiblingFiles(Path(file)), _pyplot()
+    written = [plot_overview(plt, trace, out)]
+    written += [plot_attention(plt, name, w[0], labels, out) for name, w in trace.select("*.attn.weights").items()]
+    if model.positional.adds or model.positional.rotates:
+        written.append(plot_positional(plt, model, out))
+    return written
+
+
 def plot_attention(plt, name: str, weights: torch.Tensor, labels: Sequence[str], out: Path) -> Path:
     """One heatmap per head of weights (h, N, N): rows are queries, columns the keys they attend to."""
     n_heads, n_tokens = weights.shape[0], weights.shape[-1]

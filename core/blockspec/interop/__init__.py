@@ -1,6 +1,6 @@
-"""Hugging Face checkpoints both ways, for each family in ``interop.families.FAMILIES``; every model source.
+"""Hugging Face checkpoints both ways, for each family in ``interop.families.FAMILIES``.
 
-Names load on first use: ``blockspec.interop.sources`` must stay cheap for the command line.
+Names load on first use: ``blockspec.sources`` imports this package and must stay cheap for the command line.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A local directory in the Hugging Face layout: config.json and the weights, safely.
+"""A local directory in the Hugging Face layout (its names: hf_layout.py): config.json and the weights, safely.
 
 Weights come from ``model.safetensors`` (or its sharded ``.index.json`` form). A
 ``pytorch_model.bin`` is a pickle: it is read only when the caller opts in, and then with
@@ -19,17 +19,10 @@ from blockspec.errors import CheckpointError
 from blockspec.spec.json_read import read_json_object
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
+from blockspec.interop.hf_layout import CONFIG, SAFETENSORS, carried_files, is_hf_directory  # noqa: F401 (re-exports)
 
-CONFIG = "config.json"
-SAFETENSORS = "model.safetensors"
 PICKLES = ("pytorch_model.bin", "model.pt", "model.bin")
 JSON_LIMIT = 64 * 1024 * 1024
-CARRIED = (  # small files an import keeps beside the model, so an export can write them back
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
-)
-CARRIED_LIMIT = 64 * 1024 * 1024
-CARRIED_PREFIX = "hf/"  # where a checkpoint keeps the carried files of the directory it was imported from
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -40,19 +33,9 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a directory (expected a Hugging Face model directory)")
-    if not (directory / CONFIG).is_file():
+    if not is_hf_directory(directory):
         raise CheckpointError(f"{directory}: no {CONFIG}; expected a Hugging Face model directory")
     return read_json(directory / CONFIG)
-
-
-def carried_files(directory: Path) -> dict[str, bytes]:
-    """The tokenizer, generation and config files present, by name (bounded in size)."""
-    found = {}
-    for name in CARRIED:
-        path = directory / name
-        if path.is_file() and path.stat().st_size <= CARRIED_LIMIT:
-            found[name] = path.read_bytes()
-    return found
 
 
 class WeightSource:

@@ -16,7 +16,7 @@ from blockspec.checkpoint.safetensors_file import write_file
 from blockspec.checkpoint.weights import unique_state
 from blockspec.interop import hf_config
 from blockspec.interop.families import family_for
-from blockspec.interop.hf_dir import CONFIG, SAFETENSORS
+from blockspec.interop.hf_layout import CONFIG, SAFETENSORS
 from blockspec.interop.rope_layout import interleaved_state_as_half
 from blockspec.interop.weight_map import to_hf
 
@@ -32,13 +32,18 @@ def export_hf(
     """Write config.json + model.safetensors (and ``extra_files``, e.g. the tokenizer) atomically.
 
     ``base_config`` is the original config.json of an imported model: its keys that do not
-    describe the architecture (token ids, generation settings) are kept. An interleaved-RoPE
-    model is exported with its q/k rows permuted to Hugging Face's half layout.
+    describe the architecture (token ids, generation settings) are kept. Both default to what
+    the model carries (``model.carried``: its config.json, and the rest as extra files), so a
+    model loaded from a checkpoint or a Hugging Face directory exports with its tokenizer.
+    An interleaved-RoPE model is exported with its q/k rows permuted to Hugging Face's half layout.
 
     An existing non-empty ``directory`` is refused (``OutputExistsError``) unless ``overwrite``;
     creating is exclusive and replacing atomic, as for checkpoints (atomic.py).
     """
     spec = model.spec
+    carried = dict(getattr(model, "carried", {}))
+    base_config = base_config if base_config is not None else _carried_config(carried.pop(CONFIG, None))
+    extra_files = extra_files if extra_files is not None else carried
     family = family_for(spec, prefer=_architecture(base_config))
     target = Path(directory)
     check_writable_target(target, kind="directory", overwrite=overwrite)
@@ -54,6 +59,18 @@ def export_hf(
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         write_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
     return target
+
+
+def _carried_config(data: bytes | None) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    try:
+        config = json.loads(data)
+    except ValueError as error:
+        raise CheckpointError(f"the model's carried {CONFIG}: not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"the model's carried {CONFIG}: expected a JSON object, found {type(config).__name__}")
+    return config
 
 
 def _architecture(config: Mapping[str, Any] | None) -> str | None:

@@ -14,7 +14,8 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
 from blockspec.interop import hf_config
 from blockspec.interop.family import Family
-from blockspec.interop.hf_dir import CONFIG, WeightSource, open_weights, read_config
+from blockspec.interop.hf_dir import WeightSource, open_weights, read_config
+from blockspec.interop.hf_layout import CONFIG, carried_files
 from blockspec.interop.weight_map import Rule, hf_shapes, origin, to_blockspec
 
 
@@ -28,7 +29,8 @@ def import_hf(
     """Read a local Hugging Face model directory (any family in ``interop.families.FAMILIES``) as a blockspec model.
 
     The spec comes from config.json; the weights from model.safetensors (a pickle only with
-    ``allow_pickle``, then through ``torch.load(weights_only=True)``). Returned in training mode.
+    ``allow_pickle``, then through ``torch.load(weights_only=True)``); the directory's config and
+    tokenizer files come along as ``model.carried``. Returned in training mode.
     """
     from blockspec.assembly.assemble import build_unfilled
     from blockspec.registry.loading import load_registry
@@ -44,6 +46,7 @@ def import_hf(
         _check(rules, meta_state, source, names, str(directory))
         model = build_unfilled(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
         _fill(model, rules, lambda name: source.read(names[name]))
+    model.carried = carried_files(directory)
     model = model.to(dtype=dtype) if dtype is not None else model
     return model  # training mode, like every model blockspec builds or loads
 

@@ -66,6 +66,9 @@ class Transformer(nn.Module):
         self.embedding_scale = embedding_scale
         self.spec = spec
         self.provenance: dict[str, Component] = dict(provenance or {})
+        # Hugging Face files the model came with (config.json, tokenizer files), by name: save and export_hf
+        # write them back, so a model read from a source keeps them wherever it goes.
+        self.carried: dict[str, bytes] = {}
 
     def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
                 last_only: bool = False) -> torch.Tensor:

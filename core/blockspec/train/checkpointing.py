@@ -28,8 +28,8 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
-from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
-from blockspec.checkpoint.outputs import MANIFEST_FILE
+from blockspec.checkpoint.directory import load, read_extra_file, save
+from blockspec.checkpoint.layout import OPTIMIZER_FILE, TOKENIZER_FILE, TRAINING_FILE, carried_entries
 from blockspec.errors import CheckpointError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
@@ -37,18 +37,13 @@ from blockspec.spec.documents import structure_document
 from blockspec.spec.schema import ModelSpec
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
-from blockspec.interop.hf_dir import CARRIED_PREFIX, carried_files
-from blockspec.train.tokenizer import (CharTokenizer, HFTokenizer, Tokenizer, TokenizerError, tokenizer_bytes,
-                                      tokenizer_from_bytes)
+from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, Tokenizer, tokenizer_bytes
+from blockspec.sources.tokenizers import tokenizer_of
 from blockspec.checkpoint.weights import tied_aliases
 from blockspec.train.state import load_model_state
 
 FORMAT = "blockspec-train-checkpoint"
 VERSION = 1
-TOKENIZER_FILE = "tokenizer.json"
-IMPORTED_TOKENIZER = CARRIED_PREFIX + "tokenizer.json"  # import-hf carries the original's tokenizer here
-OPTIMIZER_FILE = "optimizer.safetensors"
-TRAINING_FILE = "training.json"
 
 
 # Module-level aliases: a lambda inside a class's (string) annotation cannot see this module's names.
@@ -175,12 +170,12 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
     aliases = tied_aliases(model)
     return Checkpoint(
         spec=model.spec,
-        tokenizer=read_tokenizer(path),
+        tokenizer=_own_tokenizer(path),
         model_state={k: v.detach() for k, v in model.state_dict().items() if k not in aliases},
         optimizer_state=unflatten_optimizer_state(optimizer, training.pop("param_groups", [])),
         rng_state=optimizer.get("rng/cpu"),
         training=training,
-        carried=carried_of(path),
+        carried=carried_entries(model.carried),
     )
 
 
@@ -188,54 +183,15 @@ def load_model(path: str | Path, registry: Registry | None = None, *,
                device: str | torch.device = "cpu") -> tuple[Transformer, Tokenizer | None]:
     """The model (training mode, as `load` returns it) and the tokenizer it carries, if any: a trained
     checkpoint's characters, or an imported one's Hugging Face tokenizer.json; the optimizer's files are not read."""
-    return load(path, registry=registry, device=device), carried_tokenizer(path)
+    return load(path, registry=registry, device=device), tokenizer_of(path)
 
 
-def carried_tokenizer(path: str | Path) -> Tokenizer | None:
-    """The checkpoint's tokenizer: its own (training), the original's (import-hf), or None."""
-    files = read_checkpoint_manifest(path).files
-    if TOKENIZER_FILE in files:
-        return read_tokenizer(path)
-    if IMPORTED_TOKENIZER in files:
-        try:
-            return HFTokenizer(read_extra_file(path, IMPORTED_TOKENIZER), source=f"{path}/{IMPORTED_TOKENIZER}")
-        except TokenizerError as error:
-            raise CheckpointError(str(error)) from None
-    return None
-
-
-def carried_of(source: str | Path) -> dict[str, bytes]:
-    """The Hugging Face files a model source keeps, by their checkpoint name ("hf/config.json", ...):
-    a checkpoint's ``hf/`` files, or a Hugging Face directory's own; none for a spec file."""
-    path = Path(source)
-    if (path / MANIFEST_FILE).is_file():
-        names = [n for n in read_checkpoint_manifest(path).files if n.startswith(CARRIED_PREFIX)]
-        return {name: read_extra_file(path, name) for name in names}
-    if path.is_dir():
-        return {CARRIED_PREFIX + name: data for name, data in carried_files(path).items()}
-    return {}
-
-
-def source_tokenizer(source: str | Path) -> Tokenizer | None:
-    """The tokenizer that comes with a model source: a checkpoint's (its own, or its imported one),
-    a Hugging Face directory's tokenizer.json, or None (a spec file; a model without one)."""
-    path = Path(source)
-    if (path / MANIFEST_FILE).is_file():
-        return carried_tokenizer(path)
-    if path.is_dir() and (path / TOKENIZER_FILE).is_file():
-        try:
-            return HFTokenizer((path / TOKENIZER_FILE).read_bytes(), source=str(path / TOKENIZER_FILE))
-        except TokenizerError as error:
-            raise CheckpointError(str(error)) from None
-    return None
-
-
-def read_tokenizer(path: str | Path) -> CharTokenizer | HFTokenizer:
-    """A training checkpoint's own tokenizer: characters, or the BPE tokenizer.json it trained with."""
-    try:
-        return tokenizer_from_bytes(_extra(path, TOKENIZER_FILE), source=f"{path}/{TOKENIZER_FILE}")
-    except TokenizerError as error:
-        raise CheckpointError(str(error)) from None
+def _own_tokenizer(path: str | Path) -> CharTokenizer | HFTokenizer:
+    """A training checkpoint's tokenizer (the rule's first answer: what the run trained with)."""
+    tokenizer = tokenizer_of(path)
+    if tokenizer is None:
+        _extra(path, TOKENIZER_FILE)  # says which file is missing, and what writes one
+    return tokenizer
 
 
 def _extra(path: str | Path, name: str) -> bytes:

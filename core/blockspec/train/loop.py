@@ -22,7 +22,7 @@ from blockspec.registry.components import Component
 from blockspec.errors import FieldError
 from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
-from blockspec.train.data import Dataset, batch_seed
+from blockspec.data.dataset import Dataset, batch_seed
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
 from blockspec.train.optim import autocast, grad_scaler, learning_rate, make_optimizer, no_gradient_sync

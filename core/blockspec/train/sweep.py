@@ -1,6 +1,6 @@
 """Ablation sweeps: every combination of varied spec values, times seeds, on the same batch sequence.
 
-Batches are a pure function of (seed, step) (train/data.py), so two variants trained with the
+Batches are a pure function of (seed, step) (data/dataset.py), so two variants trained with the
 same seed see the same text in the same order: their difference is the spec's, not the data's.
 Each run is an ordinary training checkpoint under ``DIR/runs/``; ``DIR/sweep.json`` records the
 plan, so rerunning the same command resumes (finished runs skipped, unfinished ones continued
@@ -35,6 +35,7 @@ from blockspec.spec.convert import spec_to_dict
 from blockspec.spec.schema import ModelSpec
 from blockspec.train import loop
 from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint, save_checkpoint
+from blockspec.sources import is_checkpoint
 from blockspec.train.distributed import World
 
 PLAN_FILE = "sweep.json"
@@ -195,15 +196,15 @@ def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequ
 
 def load_dataset(path: str | Path):
     """A prepared directory (blockspec data prepare), else a UTF-8 text file read as characters."""
-    from blockspec.train.data import CharDataset
-    from blockspec.train.prepared import PreparedDataset
+    from blockspec.data.dataset import CharDataset
+    from blockspec.data.prepared import PreparedDataset
 
     return PreparedDataset(path) if Path(path).is_dir() else CharDataset.from_file(path)
 
 
 def _saved_step(directory: Path) -> int | None:
     """The step of the checkpoint in ``directory``, or None when there is none (not started)."""
-    if not (directory / "manifest.json").is_file():
+    if not is_checkpoint(directory):
         return None
     read_checkpoint_manifest(directory)
     return int(json.loads(read_extra_file(directory, TRAINING_FILE))["step"])
@@ -256,7 +257,7 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
     resume an interrupted sweep.
     """
-    from blockspec.interop.sources import load_spec_or_checkpoint
+    from blockspec.sources import load_spec_or_checkpoint
     from blockspec.registry.loading import load_registry
 
     registry = registry if registry is not None else load_registry()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from attrs import field, frozen
@@ -20,6 +21,8 @@ from blockspec.errors import BlockspecError
 # chapter's character model (id 0 is "\n", id 1 is " ", ...).
 TINY_SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
+TOKENIZER_FILE = "tokenizer.json"  # a tokenizer directory's one file (blockspec tokenizer train writes it)
+CHAR = "char"  # the name that asks for a text's own characters instead of a tokenizer directory
 BYTE_VOCAB = 256
 MAX_VOCAB = 2**32  # ids 0..2^32-1: what a prepared dataset's uint32 files hold
 
@@ -204,8 +207,12 @@ def tokenizer_from_bytes(data: bytes, *, source: str) -> CharTokenizer | HFToken
     return HFTokenizer(data, source=source)
 
 
-def tokenizer_for(vocab_size: int) -> Tokenizer:
-    """The text tokenizer for a vocabulary size: Tiny Shakespeare's characters, or bytes for >= 256."""
+def stand_in_tokenizer(vocab_size: int) -> Tokenizer:
+    """What text becomes for a model that carries no tokenizer: Tiny Shakespeare's characters, or bytes for >= 256.
+
+    Not any model's own tokenizer (that is ``blockspec.sources``' rule): it lets an input be
+    followed through a random or tokenizer-less model, not give meaningful predictions.
+    """
     if vocab_size == len(TINY_SHAKESPEARE_CHARS):
         return CharTokenizer.default()
     if vocab_size >= BYTE_VOCAB:
@@ -214,6 +221,20 @@ def tokenizer_for(vocab_size: int) -> Tokenizer:
         f"no character vocabulary is known for vocab_size {vocab_size} (known: {len(TINY_SHAKESPEARE_CHARS)}, "
         f"the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes); give token ids instead of text"
     )
+
+
+def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path) -> Path:
+    """A tokenizer directory: ``directory/tokenizer.json``, as ``blockspec tokenizer train`` leaves it."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TOKENIZER_FILE).write_bytes(tokenizer.data)
+    return out / TOKENIZER_FILE
+
+
+def read_tokenizer_directory(directory: str | Path) -> CharTokenizer | HFTokenizer | None:
+    """The tokenizer of a tokenizer directory (or a prepared dataset's), or None where it holds none."""
+    path = Path(directory) / TOKENIZER_FILE
+    return tokenizer_from_bytes(path.read_bytes(), source=str(path)) if path.is_file() else None
 
 
 def parse_ids(text: str, vocab_size: int) -> list[int]:

@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 
 from blockspec.errors import BlockspecError
-from blockspec.train.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
+from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
 

@@ -23,21 +23,17 @@ import numpy as np
 import torch
 from attrs import frozen
 
-from blockspec.checkpoint.outputs import MANIFEST_FILE
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
-from blockspec.train.checkpointing import carried_tokenizer
-from blockspec.train.data import TRAIN_FRACTION, DataError
-from blockspec.train.textfiles import check_text_files, chunks
-from blockspec.train.tokenizer import (CharTokenizer, HFTokenizer, TokenizerError, tokenizer_bytes,
-                                       tokenizer_from_bytes)
+from blockspec.data.dataset import TRAIN_FRACTION, DataError
+from blockspec.data.textfiles import check_text_files, chunks
+from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, tokenizer_bytes,
+                                      tokenizer_from_bytes)
 
 FORMAT = "blockspec-prepared-data"
 VERSION = 1
 META_FILE = "meta.json"
-TOKENIZER_FILE = "tokenizer.json"
 SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
-CHAR = "char"  # --tokenizer char: the sorted characters of the text, as `train FILE` uses
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
@@ -52,28 +48,6 @@ def tokenizer_sha256(tokenizer: AnyTokenizer) -> str:
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 while every id fits (65,536 tokens), else uint32: half the disk and page cache when it can."""
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
-
-
-# ---------------------------------------------------------------- where a tokenizer comes from
-
-
-def resolve_tokenizer(source: str) -> AnyTokenizer | None:
-    """``--tokenizer``: a tokenizer or Hugging Face directory (its tokenizer.json), a checkpoint (the one it
-    carries), or "char" (None: made from the text's own characters)."""
-    if source == CHAR:
-        return None
-    path = Path(source)
-    if (path / MANIFEST_FILE).is_file():
-        tokenizer = carried_tokenizer(path)
-        if tokenizer is None:
-            raise TokenizerError(f"{source}: this checkpoint carries no tokenizer; give a tokenizer directory "
-                                 "(blockspec tokenizer train) or 'char'")
-        return tokenizer
-    if (path / TOKENIZER_FILE).is_file():
-        return tokenizer_from_bytes((path / TOKENIZER_FILE).read_bytes(), source=str(path / TOKENIZER_FILE))
-    raise TokenizerError(f"{source}: expected a directory holding tokenizer.json (blockspec tokenizer train's "
-                         "output, a Hugging Face model), a blockspec checkpoint, or 'char'; found "
-                         + ("a directory without tokenizer.json" if path.is_dir() else "no such directory"))
 
 
 def char_tokenizer(paths: Sequence[str | Path]) -> CharTokenizer:

@@ -9,7 +9,7 @@ import codecs
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from blockspec.train.tokenizer import TokenizerError
+from blockspec.data.tokenizer import TokenizerError
 
 CHUNK_BYTES = 1 << 20
 

@@ -1,0 +1,85 @@
+"""Which tokenizer goes with a model source: one rule, which every command and library call asks.
+
+The rule, first match wins:
+
+1. a checkpoint's own ``tokenizer.json`` (what a training run wrote: characters or a BPE);
+2. the Hugging Face ``tokenizer.json`` it carries (``hf/tokenizer.json``: what an import kept);
+3. a Hugging Face directory's ``tokenizer.json``;
+4. none: a spec file, or a model saved without one.
+
+Where a command must turn text into ids for a model with none (trace, explore), it says so and
+uses ``stand_in_tokenizer``, which is no model's own. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from blockspec.checkpoint.layout import CARRIED_PREFIX, TOKENIZER_FILE, is_checkpoint
+from blockspec.checkpoint.manifest import read_manifest
+from blockspec.data.tokenizer import (CHAR, CharTokenizer, HFTokenizer, Tokenizer, TokenizerError,
+                                      read_tokenizer_directory, stand_in_tokenizer, tokenizer_from_bytes)
+from blockspec.errors import CheckpointError
+from blockspec.interop.hf_layout import TOKENIZER, is_hf_directory
+from blockspec.sources.kind import CHECKPOINT_KINDS, SourceKind, source_kind
+
+CARRIED_TOKENIZER = CARRIED_PREFIX + TOKENIZER
+
+__all__ = ["stand_in_tokenizer", "text_tokenizer", "tokenizer_at", "tokenizer_of"]
+
+
+def tokenizer_of(path: str | Path, kind: SourceKind | None = None) -> CharTokenizer | HFTokenizer | None:
+    """The tokenizer that goes with the model source at ``path`` (the rule above), or None."""
+    kind = kind or source_kind(path)
+    if kind in CHECKPOINT_KINDS:
+        return _checkpoint_tokenizer(Path(path))
+    if kind == "hf" and (Path(path) / TOKENIZER).is_file():
+        file = Path(path) / TOKENIZER
+        return _read(lambda: HFTokenizer(file.read_bytes(), source=str(file)))
+    return None
+
+
+def text_tokenizer(tokenizer: Tokenizer | None, vocab_size: int) -> Tokenizer:
+    """The source's tokenizer, or, for a model without one, the stand-in for its vocabulary size."""
+    return tokenizer if tokenizer is not None else stand_in_tokenizer(vocab_size)
+
+
+def tokenizer_at(name: str | Path) -> CharTokenizer | HFTokenizer | None:
+    """A ``--tokenizer`` argument: a model source (by the rule), a tokenizer directory, or "char" (None:
+    the text's own characters)."""
+    if str(name) == CHAR:
+        return None
+    path = Path(name)
+    if is_checkpoint(path) or is_hf_directory(path):
+        tokenizer = tokenizer_of(path)
+        if tokenizer is None:
+            raise TokenizerError(f"{name}: this model source carries no tokenizer; give a tokenizer directory "
+                                 f"(blockspec tokenizer train) or '{CHAR}'")
+        return tokenizer
+    tokenizer = read_tokenizer_directory(path) if path.is_dir() else None
+    if tokenizer is None:
+        raise TokenizerError(f"{name}: expected a directory holding {TOKENIZER_FILE} (blockspec tokenizer train's "
+                             f"output, a Hugging Face model), a blockspec checkpoint, or '{CHAR}'; found "
+                             + (f"a directory without {TOKENIZER_FILE}" if path.is_dir() else "no such directory"))
+    return tokenizer
+
+
+def _checkpoint_tokenizer(path: Path) -> CharTokenizer | HFTokenizer | None:
+    from blockspec.checkpoint.directory import read_extra_file  # verified against the manifest; needs torch
+
+    files = read_manifest(path).files
+    if TOKENIZER_FILE in files:
+        return _read(lambda: tokenizer_from_bytes(read_extra_file(path, TOKENIZER_FILE),
+                                                  source=f"{path}/{TOKENIZER_FILE}"))
+    if CARRIED_TOKENIZER in files:
+        return _read(lambda: HFTokenizer(read_extra_file(path, CARRIED_TOKENIZER), source=f"{path}/{CARRIED_TOKENIZER}"))
+    return None
+
+
+def _read(reader: Callable[[], CharTokenizer | HFTokenizer]) -> CharTokenizer | HFTokenizer:
+    """A model source's tokenizer that cannot be read is the source's fault: a CheckpointError."""
+    try:
+        return reader()
+    except TokenizerError as error:
+        raise CheckpointError(str(error)) from None
