@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.train.prepared import prepare, resolve_tokenizer
     from blockspec.train.textfiles import check_text_files
 
-    with flag_names({"overwrite=True": "--force"}):
+    with flag_names({"overwrite": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
     tokenizer = resolve_tokenizer(args.tokenizer)
     total = check_text_files(args.files)

@@ -18,10 +18,9 @@ from blockspec.cli.common import (UsageError, add_device_argument, add_json_argu
 TOP_K = 5
 CHAPTER = ("SECTION: 7.1-7.6 are the sections of chapter 7, \"Transformer Architecture\", which follows one token "
            "through a transformer: the chapter behind blockspec (docs/chapter-claims.md)")
-FLAGS = {"ids:": "--ids:", "token ids instead of text": "token ids with --ids instead of --text"}
+FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text"}
 # trace and explore have no --allow-pickle: a pickled Hugging Face model goes through import-hf, which has
-PICKLE = {"opt in with allow_pickle=True to read it with torch.load(weights_only=True)":
-          "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
+PICKLE = {"allow_pickle": "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
           "and pass CKPT as SPEC"}
 
 

@@ -25,27 +25,28 @@ class Check:
     def __call__(self, instance: Any, attribute: Any, value: Any) -> None:
         """The same test as an attrs validator, for objects built in Python rather than read from a spec."""
         if not self.test(value):
-            raise FieldError(attribute.name, f"expected {self.expected}, found {value!r}")
+            raise FieldError(attribute.name, expected=self.expected, found=repr(value))
 
 
 class FieldErrors(FieldError):
     """Several fields failed together (cross-field checks); a FieldError for the first, listing all."""
 
     def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__(errors[0].field, errors[0].message)
+        first = errors[0].problem
+        super().__init__(errors[0].field, first.message, expected=first.expected, found=first.found, names=first.names)
         self.errors = errors
 
 
 def positive(instance: Any, attribute: Any, value: Any) -> None:
     """Sizes are counts: at least 1."""
     if value is not None and value < 1:
-        raise FieldError(attribute.name, f"expected a positive integer, found {value!r}")
+        raise FieldError(attribute.name, expected="a positive integer", found=repr(value))
 
 
 def at_least(bound: float):
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value is not None and value < bound:
-            raise FieldError(attribute.name, f"expected a number >= {bound}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number >= {bound}", found=repr(value))
 
     return check
 
@@ -55,7 +56,7 @@ def in_range(low: float, high: float, *, high_open: bool = True):
         ok = low <= value < high if high_open else low <= value <= high
         if not ok:
             bracket = ")" if high_open else "]"
-            raise FieldError(attribute.name, f"expected a number in [{low}, {high}{bracket}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number in [{low}, {high}{bracket}", found=repr(value))
 
     return check
 
@@ -63,7 +64,7 @@ def in_range(low: float, high: float, *, high_open: bool = True):
 def greater_than(bound: float):
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if not value > bound:
-            raise FieldError(attribute.name, f"expected a number > {bound}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number > {bound}", found=repr(value))
 
     return check
 
@@ -72,7 +73,7 @@ def one_of(choices: Collection[Any]):
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value not in choices:
             listed = ", ".join(repr(c) for c in choices)
-            raise FieldError(attribute.name, f"expected one of {listed}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"one of {listed}", found=repr(value))
 
     return check
 
