@@ -160,3 +160,24 @@ def test_the_tables_name_only_flags_the_command_has():
             if key.startswith("$.") or flag.startswith("--"):
                 assert flag.split()[0] in flags, (name, key, flag)
 
+
+
+# -- matplotlib is loaded one way, and its absence is one error class ------------------------------------
+
+
+def test_every_plot_says_the_same_thing_without_matplotlib(tmp_path, registry, monkeypatch):
+    import sys
+
+    from blockspec.inspect.plots import write_plots
+    from blockspec.train.loop import History
+    from blockspec.train.plot import MissingDependencyError, PlotError, plot_losses
+    from blockspec.train.sweep import plot_curves
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    calls = [lambda: plot_losses({"a": History()}, tmp_path / "l.png"),
+             lambda: write_plots(None, None, tmp_path / "t", []),  # type: ignore[arg-type]
+             lambda: plot_curves([], tmp_path / "c.png")]
+    for call in calls:
+        with pytest.raises(MissingDependencyError, match=r"^plots need matplotlib, which is not installed") as caught:
+            call()
+        assert isinstance(caught.value, PlotError) and isinstance(caught.value, ImportError)

@@ -203,13 +203,10 @@ def _plots(plot: Path | None, result, prepared: Prepared) -> list[str]:
     """The stage overview in FILE, then one sibling per attention layer and the positional encoding."""
     if plot is None:
         return []
-    import matplotlib
-
     from blockspec.inspect.plots import plot_attention, plot_overview, plot_positional
+    from blockspec.train.plot import pyplot as load_pyplot
 
-    matplotlib.use("Agg")  # files only, no display
-    from matplotlib import pyplot
-
+    pyplot = load_pyplot()
     out, model = _PlotFiles(plot), prepared.model
     try:
         written = [plot_overview(pyplot, result, out)]

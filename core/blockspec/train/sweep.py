@@ -353,11 +353,9 @@ _NUMBERS = ("parameters", "seeds", "train_loss_mean", "train_loss_std", "val_los
 
 def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
     """Validation loss against step, one colour per variant, one line per seed. ImportError without matplotlib."""
-    import matplotlib
+    from blockspec.train.plot import pyplot as load_pyplot
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = load_pyplot()
     figure, axes = pyplot.subplots(figsize=(8, 5))
     labels: dict[str, str] = {}
     for run in runs:
