@@ -86,6 +86,8 @@ from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_r
 
 if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
+    from blockspec.modules.attention import CausalSelfAttention, causal_mask
+    from blockspec.modules.feed_forward import FeedForward
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import PositionalEncoding
@@ -93,6 +95,9 @@ if TYPE_CHECKING:
 
 _TORCH_NAMES = {  # name -> the internal module that defines it; imported on first use
     "Activation": "blockspec.modules.activation",
+    "CausalSelfAttention": "blockspec.modules.attention",
+    "causal_mask": "blockspec.modules.attention",
+    "FeedForward": "blockspec.modules.feed_forward",
     "PositionalEncoding": "blockspec.modules.positional",
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
@@ -120,9 +125,11 @@ __all__ = [
     "Activation",
     "Build",
     "BuildContext",
+    "CausalSelfAttention",
     "Config",
     "LayerParts",
     "ContextLengthError",
+    "FeedForward",
     "FieldError",
     "KVCache",
     "LayerCache",
@@ -133,6 +140,7 @@ __all__ = [
     "Register",
     "at_least",
     "attend",
+    "causal_mask",
     "greater_than",
     "hookimpl",
     "in_range",
