@@ -151,7 +151,10 @@ def test_each_building_block_is_the_object_the_core_uses(name):
 
 
 def test_the_core_builds_its_attention_and_ffn_from_the_exported_classes(registry):
-    spec = blockspec.loads_spec(SMALL_SPEC, registry=registry)
+    from .specs import spec_text
+
+    spec = blockspec.loads_spec(spec_text(name="small", vocab_size=32, context_length=8, d_model=16, n_layers=1,
+                                          n_heads=2, d_ff=32), registry=registry)
     model = blockspec.build(spec, registry=registry)
     assert type(model.blocks[0].attn) is blockspec.plugin.CausalSelfAttention
     assert type(model.blocks[0].ffn) is blockspec.plugin.FeedForward
@@ -162,26 +165,3 @@ def test_the_moe_shared_experts_reuse_the_dense_ffn():
 
     assert issubclass(SharedExperts, blockspec.plugin.FeedForward)
 
-
-SMALL_SPEC = """
-[model]
-name = "small"
-vocab_size = 32
-context_length = 8
-d_model = 16
-n_layers = 1
-n_heads = 2
-d_ff = 32
-
-[positional]
-use = "learned"
-
-[norm]
-use = "layernorm"
-
-[activation]
-use = "gelu"
-
-[head]
-use = "lm"
-"""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 Spelling = Mapping[str, str]  # a path or parameter name -> the words a frontend uses for it ("$.lr" -> "--lr")
 
@@ -156,7 +156,7 @@ class FieldError(ValueError):
     def __init__(self, field: str, message: str = "", *, expected: str | None = None, found: str | None = None,
                  names: Mapping[str, str] | None = None) -> None:
         self.field = field
-        said = {"message": message} if message else {}  # none: "expected X, found Y"
-        self.problem = Problem(expected=expected, found=found, names=dict(names or {}), **said)
+        problem = Problem(expected=expected, found=found, names=dict(names or {}))  # "expected X, found Y"
+        self.problem = evolve(problem, message=message) if message else problem
         self.message = str(self.problem)
         super().__init__(f"{field}: {self.message}")

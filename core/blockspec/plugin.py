@@ -67,9 +67,24 @@ What is here:
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.
+- Building blocks to reuse or subclass, the objects the core itself builds: ``FeedForward``
+  (the dense FFN: ``up``, ``act``, ``down``), ``CausalSelfAttention`` (the built-in attention:
+  fused qkv, GQA, SDPA; ``project``, ``attend``, ``scores`` and ``weights`` are its seams) and
+  ``causal_mask(n_q, n_k, device, dtype, window=None)`` (the additive mask, aligned bottom-right).
+
+Conventions the core relies on (by attribute, on any module of a built model):
+
+- ``aux_loss`` and ``aux_loss_coef``: a module that keeps an auxiliary training loss sets
+  ``aux_loss`` (a scalar tensor) in each training-mode forward and None otherwise; the trainer
+  adds ``aux_loss_coef * aux_loss`` of every module whose ``aux_loss`` is not None to the loss.
+- ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
+  ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
+  attribute (``"up(x): d -> {up.out_features}"``).
+- Initialisation: (written with the initialisation contract; see docs/architecture.md.)
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``) load on first use, so a plugin that touches them
+``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
+``CausalSelfAttention``, ``causal_mask``) load on first use, so a plugin that touches them
 only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
 """
 

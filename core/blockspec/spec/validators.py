@@ -9,6 +9,8 @@ from attrs import frozen
 
 from blockspec.errors import FieldError
 
+Validator = Callable[[Any, Any, Any], None]  # attrs' (instance, attribute, value); raises FieldError
+
 
 @frozen
 class Check:
@@ -43,7 +45,7 @@ def positive(instance: Any, attribute: Any, value: Any) -> None:
         raise FieldError(attribute.name, expected="a positive integer", found=repr(value))
 
 
-def at_least(bound: float):
+def at_least(bound: float) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value is not None and value < bound:
             raise FieldError(attribute.name, expected=f"a number >= {bound}", found=repr(value))
@@ -51,7 +53,7 @@ def at_least(bound: float):
     return check
 
 
-def in_range(low: float, high: float, *, high_open: bool = True):
+def in_range(low: float, high: float, *, high_open: bool = True) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         ok = low <= value < high if high_open else low <= value <= high
         if not ok:
@@ -61,7 +63,7 @@ def in_range(low: float, high: float, *, high_open: bool = True):
     return check
 
 
-def greater_than(bound: float):
+def greater_than(bound: float) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if not value > bound:
             raise FieldError(attribute.name, expected=f"a number > {bound}", found=repr(value))
@@ -69,7 +71,7 @@ def greater_than(bound: float):
     return check
 
 
-def one_of(choices: Collection[Any]):
+def one_of(choices: Collection[Any]) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value not in choices:
             listed = ", ".join(repr(c) for c in choices)
