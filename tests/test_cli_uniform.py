@@ -242,10 +242,3 @@ def test_the_command_line_translates_parameters_to_its_flags(capsys, trained, mo
     monkeypatch.setattr(loop, "make_config", lambda settings: real({**settings, "eval_batches": 0}))
     code, _, err = run(capsys, "train", trained / "micro.toml", "--data", trained / "play.txt", *FAST)
     assert code == 2 and err == "blockspec: error: training settings: --eval-batches: expected a positive integer, found 0\n"
-
-
-def test_translate_matches_prefixes_at_line_starts_and_names_as_whole_words():
-    names = {"lr:": "--lr:", "batch_size": "--batch-size"}
-    assert common.translate("lr: bad\nsee lr: no", names) == "--lr: bad\nsee lr: no"
-    assert common.translate("use a batch_size divisible by 2", names) == "use a --batch-size divisible by 2"
-    assert common.translate("the_batch_size_x", names) == "the_batch_size_x"

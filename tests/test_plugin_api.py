@@ -124,3 +124,44 @@ def test_the_top_level_names_plugins_used_before_are_the_plugin_apis():
         import blockspec.hookspecs as old_hookspecs
 
     assert old_hookspecs.hookimpl is hookimpl
+
+
+BUILDING_BLOCKS = {"FeedForward": "blockspec.modules.feed_forward", "CausalSelfAttention": "blockspec.modules.attention",
+                   "causal_mask": "blockspec.modules.attention"}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDING_BLOCKS))
+def test_the_core_building_blocks_are_exported_without_loading_torch_until_used(name):
+    result = run_python(f"""
+        import sys
+        import blockspec.plugin
+        print("torch" in sys.modules, {name!r} in blockspec.plugin.__all__)
+        from blockspec.plugin import {name}
+        print("torch" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "True"]
+
+
+@pytest.mark.parametrize("name", sorted(BUILDING_BLOCKS))
+def test_each_building_block_is_the_object_the_core_uses(name):
+    import importlib
+
+    assert getattr(blockspec.plugin, name) is getattr(importlib.import_module(BUILDING_BLOCKS[name]), name)
+
+
+def test_the_core_builds_its_attention_and_ffn_from_the_exported_classes(registry):
+    from .specs import spec_text
+
+    spec = blockspec.loads_spec(spec_text(name="small", vocab_size=32, context_length=8, d_model=16, n_layers=1,
+                                          n_heads=2, d_ff=32), registry=registry)
+    model = blockspec.build(spec, registry=registry)
+    assert type(model.blocks[0].attn) is blockspec.plugin.CausalSelfAttention
+    assert type(model.blocks[0].ffn) is blockspec.plugin.FeedForward
+
+
+def test_the_moe_shared_experts_reuse_the_dense_ffn():
+    from blockspec_moe.modules import SharedExperts
+
+    assert issubclass(SharedExperts, blockspec.plugin.FeedForward)
+

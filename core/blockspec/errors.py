@@ -2,53 +2,107 @@
 
 Each subclass also subclasses the builtin a caller would naturally catch
 (never ``KeyError``: cattrs reports a KeyError as "required field missing").
+
+An error keeps its problems as data (``error.problems``: file, ``$.path``, expected, found,
+suggestion) to the end, so a frontend can say them in its own words: the command line renders
+the same problems with its flags where the library names its parameters (``render``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from attrs import frozen
+from attrs import evolve, field, frozen
+
+Spelling = Mapping[str, str]  # a path or parameter name -> the words a frontend uses for it ("$.lr" -> "--lr")
 
 
 @frozen(kw_only=True)
 class Problem:
-    """One thing wrong with one input, located as precisely as we can."""
+    """One thing wrong with one input, located as precisely as we can.
 
-    message: str
+    ``path`` is a ``$.path`` inside a document, or the name of the parameter a call got wrong
+    (``ids``). ``expected`` and ``found`` keep what was wanted and what came as data; ``message``
+    says what is wrong (by default ``expected X, found Y`` from them). ``hint`` is the suggestion.
+    ``names`` are the parameters the text mentions: ``{name}`` in message or hint stands for
+    ``names[name]``, the library's spelling (``{overwrite}`` -> ``overwrite=True``); a frontend's
+    spelling of the same key replaces it (``--force``).
+    """
+
     file: str | None = None
-    path: str | None = None  # JSONPath-like, e.g. "$.model.n_heads"
+    path: str | None = None
     line: int | None = None
     column: int | None = None
+    expected: str | None = None
+    found: str | None = None
+    message: str = field()
     hint: str | None = None
+    names: Mapping[str, str] = field(factory=dict, hash=False)
+
+    @message.default
+    def _expected_found(self) -> str:
+        return "" if self.expected is None else f"expected {self.expected}, found {self.found}"
 
     def __str__(self) -> str:
-        where = self.file or "<spec>"
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        parts = [where]
+        return self.render()
+
+    def render(self, spelling: Spelling | None = None) -> str:
+        """One line, ``file:line: $.path: message; hint``, in ``spelling``'s words (paths and names)."""
+        spelling = spelling or {}
+        words = {name: spelling.get(name, said) for name, said in self.names.items()}
+        place = self._place(spelling)
+        what = _fill(self.message, words) or ""
+        text = f"{place}: {what}" if place else what
+        hint = _fill(self.hint, words)
+        return f"{text}; {hint}" if hint else text
+
+    def _place(self, spelling: Spelling) -> str:
+        """``file:line:column: path``; an unnamed document is ``<spec>`` where a line or ``$.path`` points into it."""
+        in_document = self.line is not None or (self.path or "").startswith("$")
+        where = self.file or ("<spec>" if in_document else None)
+        parts = [] if where is None else [where + _line_column(self.line, self.column)]
         if self.path:
-            parts.append(self.path)
-        text = ": ".join(parts) + f": {self.message}"
-        return f"{text}; {self.hint}" if self.hint else text
+            parts.append(spelling.get(self.path, self.path))
+        return ": ".join(parts)
+
+
+def _line_column(line: int | None, column: int | None) -> str:
+    if line is None:
+        return ""
+    return f":{line}" if column is None else f":{line}:{column}"
+
+
+def _fill(text: str | None, words: Spelling) -> str | None:
+    """``text`` with each ``{name}`` slot replaced by its word (a plain replacement: no other brace is read)."""
+    if text is None:
+        return None
+    for name, word in words.items():
+        text = text.replace("{" + name + "}", word)
+    return text
 
 
 class BlockspecError(Exception):
-    """Root of every error blockspec raises on purpose."""
+    """Root of every error blockspec raises on purpose.
+
+    ``BlockspecError("text")`` is one problem with that message; ``BlockspecError(problems)`` (a
+    Problem, or several) keeps each, one line each in ``str(error)``.
+    """
+
+    def __init__(self, problems: Sequence[Problem] | Problem | str = "", *args: object) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(message=problems)] if problems else []
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        super().__init__(self.render(), *args)
+
+    def render(self, spelling: Spelling | None = None) -> str:
+        """The problems, one line each, in ``spelling``'s words (a command's flags); without it, the library's."""
+        return "\n".join(problem.render(spelling) for problem in self.problems)
 
 
 class SpecError(BlockspecError, ValueError):
     """A spec is not valid; carries every problem found, one line each."""
-
-    def __init__(self, problems: Sequence[Problem] | Problem | str) -> None:
-        if isinstance(problems, str):
-            problems = [Problem(message=problems)]
-        elif isinstance(problems, Problem):
-            problems = [problems]
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
 
 
 class UnknownComponentError(SpecError, LookupError):
@@ -93,9 +147,16 @@ class CheckpointError(BlockspecError, ValueError):
 
 
 class FieldError(ValueError):
-    """Raised by config validators; names the offending field for the error path."""
+    """Raised by config validators; names the offending field for the error path.
 
-    def __init__(self, field: str, message: str) -> None:
+    ``FieldError(field, message)``, or with ``expected=``/``found=`` (and ``names=`` for the other
+    fields the text mentions as ``{name}``) to keep them as data in the problem the reader reports.
+    """
+
+    def __init__(self, field: str, message: str = "", *, expected: str | None = None, found: str | None = None,
+                 names: Mapping[str, str] | None = None) -> None:
         self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
+        problem = Problem(expected=expected, found=found, names=dict(names or {}))  # "expected X, found Y"
+        self.problem = evolve(problem, message=message) if message else problem
+        self.message = str(self.problem)
+        super().__init__(f"{field}: {self.message}")

@@ -67,9 +67,24 @@ What is here:
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.
+- Building blocks to reuse or subclass, the objects the core itself builds: ``FeedForward``
+  (the dense FFN: ``up``, ``act``, ``down``), ``CausalSelfAttention`` (the built-in attention:
+  fused qkv, GQA, SDPA; ``project``, ``attend``, ``scores`` and ``weights`` are its seams) and
+  ``causal_mask(n_q, n_k, device, dtype, window=None)`` (the additive mask, aligned bottom-right).
+
+Conventions the core relies on (by attribute, on any module of a built model):
+
+- ``aux_loss`` and ``aux_loss_coef``: a module that keeps an auxiliary training loss sets
+  ``aux_loss`` (a scalar tensor) in each training-mode forward and None otherwise; the trainer
+  adds ``aux_loss_coef * aux_loss`` of every module whose ``aux_loss`` is not None to the loss.
+- ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
+  ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
+  attribute (``"up(x): d -> {up.out_features}"``).
+- Initialisation: (written with the initialisation contract; see docs/architecture.md.)
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``) load on first use, so a plugin that touches them
+``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
+``CausalSelfAttention``, ``causal_mask``) load on first use, so a plugin that touches them
 only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
 """
 
@@ -86,6 +101,8 @@ from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_r
 
 if TYPE_CHECKING:
     from blockspec.modules.activation import Activation
+    from blockspec.modules.attention import CausalSelfAttention, causal_mask
+    from blockspec.modules.feed_forward import FeedForward
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import PositionalEncoding
@@ -93,6 +110,9 @@ if TYPE_CHECKING:
 
 _TORCH_NAMES = {  # name -> the internal module that defines it; imported on first use
     "Activation": "blockspec.modules.activation",
+    "CausalSelfAttention": "blockspec.modules.attention",
+    "causal_mask": "blockspec.modules.attention",
+    "FeedForward": "blockspec.modules.feed_forward",
     "PositionalEncoding": "blockspec.modules.positional",
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
@@ -120,9 +140,11 @@ __all__ = [
     "Activation",
     "Build",
     "BuildContext",
+    "CausalSelfAttention",
     "Config",
     "LayerParts",
     "ContextLengthError",
+    "FeedForward",
     "FieldError",
     "KVCache",
     "LayerCache",
@@ -133,6 +155,7 @@ __all__ = [
     "Register",
     "at_least",
     "attend",
+    "causal_mask",
     "greater_than",
     "hookimpl",
     "in_range",

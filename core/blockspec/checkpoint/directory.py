@@ -224,7 +224,7 @@ def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> Model
     try:
         return locked_spec(document, registry, file=str(path))
     except SpecError as error:
-        raise CheckpointError(str(error)) from None
+        raise CheckpointError(error.problems) from None
 
 
 def locked_spec(document: dict[str, Any], registry: Registry, *, file: str, text: str | None = None) -> ModelSpec:

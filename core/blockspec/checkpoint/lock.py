@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import tomli_w
 from attrs import field, frozen
 
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.registry.components import Registry
 from blockspec.registry.policy import normalize
 from blockspec.spec.documents import structure_document
@@ -94,17 +94,19 @@ def check_lock(lock: dict[str, Locked], registry: Registry, file: str) -> None:
         providers = registry.providers(kind, name)
         install = f"(pip install '{locked.distribution}=={locked.version}')"
         if not providers:
-            missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is not installed; "
-                           f"the checkpoint was saved with {locked.distribution} {locked.version} {install}")
+            missing.append(Problem(file=file, path=join("$.lock", key), message=f"{kind} {name!r} is not installed",
+                                   hint=f"the checkpoint was saved with {locked.distribution} {locked.version} "
+                                        f"{install}"))
         elif len(providers) > 1 and not any(normalize(p.distribution) == normalize(locked.distribution)
                                             for p in providers):
             found = " and ".join(p.distribution for p in providers)
-            missing.append(f"{file}: {join('$.lock', key)}: {kind} {name!r} is provided by {found}, but the "
-                           f"checkpoint was saved with {locked.distribution} {locked.version}, which is not "
-                           f"installed {install}")
+            missing.append(Problem(file=file, path=join("$.lock", key),
+                                   message=f"{kind} {name!r} is provided by {found}, but the checkpoint was saved "
+                                           f"with {locked.distribution} {locked.version}, which is not installed "
+                                           f"{install}"))
         elif not any(p.distribution == locked.distribution and p.version == locked.version for p in providers):
             found = ", ".join(f"{p.distribution} {p.version}" for p in providers)
             warnings.warn(f"{file}: {key} was saved with {locked.distribution} {locked.version}, "
                           f"installed is {found}; outputs may differ", LockMismatchWarning, stacklevel=3)
     if missing:
-        raise CheckpointError("\n".join(missing))
+        raise CheckpointError(missing)

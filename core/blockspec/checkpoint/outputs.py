@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from blockspec.checkpoint.layout import is_checkpoint
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 
 Kind = Literal["checkpoint", "directory", "file"]
 LIBRARY_OPTION = "overwrite=True"
@@ -33,7 +33,8 @@ class OutputExistsError(CheckpointError):
 
     def __init__(self, path: str | Path, option: str = LIBRARY_OPTION) -> None:
         self.path, self.option = Path(path), option
-        super().__init__(f"{path}: already exists; pass {option} to replace it")
+        super().__init__(Problem(file=str(path), message="already exists", hint="pass {overwrite} to replace it",
+                                 names={"overwrite": option}))
 
     def __reduce__(self):
         return type(self), (self.path, self.option)

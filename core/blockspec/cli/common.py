@@ -219,27 +219,15 @@ def memory_limit(flags: str) -> Iterator[None]:
 
 
 @contextmanager
-def flag_names(names: Mapping[str, str]) -> Iterator[None]:
-    """Re-word a library error raised inside the block so that it names this command's flags.
+def flag_names(flags: Mapping[str, str]) -> Iterator[None]:
+    """A library error raised inside the block, said with this command's flags.
 
-    A key ending in ``:`` (``"lr:"``) matches at the start of a line, where the library puts the
-    parameter an error is about; any other key (``"batch_size"``, ``"allow_pickle=True"``)
-    matches as a whole word anywhere. The error keeps its class; only its text changes.
+    ``flags`` maps what a problem carries as data, its ``$.path`` or parameter (``"$.lr"``, ``"ids"``)
+    or a name its text mentions (``"overwrite"``), to the flag that sets it (``"--force"``). The
+    error keeps its class and its problems; only its text is rendered again from them.
     """
     try:
         yield
     except BlockspecError as error:
-        text = str(error)
-        worded = translate(text, names)
-        if worded != text:
-            error.args = (worded,)
+        error.args = (error.render(flags), *error.args[1:])
         raise
-
-
-def translate(text: str, names: Mapping[str, str]) -> str:
-    for name, flag in names.items():
-        if name.endswith(":"):
-            text = re.sub(rf"(?m)^{re.escape(name)}", flag, text)
-        else:
-            text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w])", flag, text)
-    return text

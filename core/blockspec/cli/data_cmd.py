@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.data.textfiles import check_text_files
     from blockspec.sources import tokenizer_at
 
-    with flag_names({"overwrite=True": "--force"}):
+    with flag_names({"overwrite": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
     tokenizer = tokenizer_at(args.tokenizer)
     total = check_text_files(args.files)

@@ -7,7 +7,7 @@ import argparse
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
-FLAGS = {"overwrite=True": "--force"}
+FLAGS = {"overwrite": "--force"}
 
 
 def add_parser(subparsers) -> None:

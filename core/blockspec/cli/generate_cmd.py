@@ -9,8 +9,7 @@ from blockspec.cli.common import (UsageError, add_device_argument, add_json_argu
                                   registry_with_warnings, resolve_device, seed_int)
 
 DEFAULT_NEW_TOKENS = 200
-FLAGS = {"save_checkpoint writes those": "`blockspec train --out` writes those",
-         'overflow="slide"': "--overflow slide"}
+FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide"}
 
 
 def add_parser(subparsers) -> None:

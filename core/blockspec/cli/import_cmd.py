@@ -8,7 +8,8 @@ from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import UsageError, add_json_argument, emit_json, flag_names, registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
-FLAGS = {"allow_pickle=True": "--allow-pickle", "overwrite=True": "--force"}
+FLAGS = {"allow_pickle": "opt in with --allow-pickle to read it with torch.load(weights_only=True)",
+         "overwrite": "--force"}
 
 
 def add_parser(subparsers) -> None:

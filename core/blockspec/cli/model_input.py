@@ -6,11 +6,9 @@ import argparse
 
 from blockspec.cli.common import add_device_argument, flag_names, registry_with_warnings, resolve_device, seed_int
 
-FLAGS = {"text:": "--text:", "ids:": "--ids:", "weights:": "--weights:",
-         "token ids instead of text": "token ids with --ids instead of --text"}
+FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text", "weights": "--weights"}
 # trace and explore have no --allow-pickle: a pickled Hugging Face model goes through import-hf, which has
-PICKLE = {"opt in with allow_pickle=True to read it with torch.load(weights_only=True)":
-          "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
+PICKLE = {"allow_pickle": "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
           "and pass CKPT as SPEC"}
 
 

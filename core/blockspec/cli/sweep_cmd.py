@@ -10,8 +10,8 @@ from blockspec.cli.common import (UsageError, add_device_argument, add_json_argu
                                   registry_with_warnings, resolve_device, seed_int)
 
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
-FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds:": "--seeds:",
-         "batch_size": "--batch-size", "overwrite=True": "--force"}
+FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds": "--seeds",
+         "batch_size": "--batch-size", "overwrite": "--force"}
 
 
 def add_parser(subparsers) -> None:

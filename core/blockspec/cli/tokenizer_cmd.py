@@ -24,11 +24,11 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.data.textfiles import check_text_files, chunks
     from blockspec.data.tokenizer import train_bpe, write_tokenizer_directory
 
-    with flag_names({"overwrite=True": "--force"}):
+    with flag_names({"overwrite": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=args.files)
     check_text_files(args.files)
     texts = (text for path in args.files for text in chunks(path))
-    with flag_names({"vocab_size:": "--vocab-size:"}):
+    with flag_names({"vocab_size": "--vocab-size"}):
         tokenizer = train_bpe(texts, args.vocab_size, source=args.files[0])
     written = write_tokenizer_directory(tokenizer, args.out)
     summary = {"tokenizer": str(written), "vocab_size": tokenizer.vocab_size,

@@ -22,7 +22,8 @@ SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "
             "grad_accum", "precision", "compile")
 # the library names settings and parameters; this command's user knows them as flags
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
-         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "overwrite=True": "--force", "strategy 'fsdp'": "--fsdp", "strategy 'ddp' (the default)": "DDP (no --fsdp)"}
+         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "overwrite": "--force", "fsdp": "--fsdp",
+         "ddp": "DDP (no --fsdp)"}
 
 
 def add_parser(subparsers) -> None:

@@ -233,7 +233,7 @@ def _read_tokenizer(directory: Path, meta: MetaDocument) -> AnyTokenizer:
     try:
         return tokenizer_from_bytes(data, source=str(path))
     except TokenizerError as error:
-        raise DataError(str(error)) from None
+        raise DataError(error.problems) from None
 
 
 def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:

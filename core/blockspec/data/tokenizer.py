@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from attrs import field, frozen
 
-from blockspec.errors import BlockspecError
+from blockspec.errors import BlockspecError, Problem
 
 # The sorted set of characters of the Tiny Shakespeare text: the 65-token vocabulary of the
 # chapter's character model (id 0 is "\n", id 1 is " ", ...).
@@ -165,11 +165,12 @@ def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") 
     ``vocab_size`` counts the 256 byte tokens, so it must be at least 256.
     """
     if vocab_size < BYTE_VOCAB:
-        raise TokenizerError(f"vocab_size: a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
-                             f"found {vocab_size}; use --vocab-size {BYTE_VOCAB} or more")
+        raise TokenizerError(Problem(
+            path="vocab_size", message=f"a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
+            f"found {vocab_size}", hint=f"use {{vocab_size}} {BYTE_VOCAB} or more", names={"vocab_size": "vocab_size"}))
     if vocab_size > MAX_VOCAB:
-        raise TokenizerError(f"vocab_size: at most {MAX_VOCAB:,} tokens (prepared data stores ids as uint32), "
-                             f"found {vocab_size:,}")
+        raise TokenizerError(Problem(path="vocab_size", message=f"at most {MAX_VOCAB:,} tokens (prepared data stores "
+                                     f"ids as uint32), found {vocab_size:,}"))
     library = _tokenizers(source)
     backend = library.Tokenizer(library.models.BPE())
     backend.pre_tokenizer = library.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -217,10 +218,10 @@ def stand_in_tokenizer(vocab_size: int) -> Tokenizer:
         return CharTokenizer.default()
     if vocab_size >= BYTE_VOCAB:
         return ByteTokenizer()
-    raise TokenizerError(
-        f"no character vocabulary is known for vocab_size {vocab_size} (known: {len(TINY_SHAKESPEARE_CHARS)}, "
-        f"the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes); give token ids instead of text"
-    )
+    raise TokenizerError(Problem(
+        message=f"no character vocabulary is known for vocab_size {vocab_size} (known: "
+                f"{len(TINY_SHAKESPEARE_CHARS)}, the Tiny Shakespeare characters; or >= {BYTE_VOCAB}, UTF-8 bytes)",
+        hint="give {token_ids} instead of {text}", names={"token_ids": "token ids", "text": "text"}))
 
 
 def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path) -> Path:
@@ -241,11 +242,11 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
     """"1,2,3" -> [1, 2, 3], each checked against the vocabulary."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
-        raise TokenizerError("ids: expected comma-separated token ids like 1,2,3, found nothing")
+        raise TokenizerError(Problem(path="ids", expected="comma-separated token ids like 1,2,3", found="nothing"))
     ids = []
     for part in parts:
         if not part.lstrip("-").isdigit():
-            raise TokenizerError(f"ids: expected an integer token id, found {part!r}")
+            raise TokenizerError(Problem(path="ids", expected="an integer token id", found=repr(part)))
         ids.append(int(part))
     return check_ids(ids, vocab_size)
 
@@ -253,7 +254,8 @@ def parse_ids(text: str, vocab_size: int) -> list[int]:
 def check_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
-        raise TokenizerError(f"ids: token id {bad[0]} is outside the vocabulary 0..{vocab_size - 1}")
+        raise TokenizerError(Problem(path="ids", message=f"token id {bad[0]} is outside the vocabulary "
+                                                         f"0..{vocab_size - 1}"))
     return list(ids)
 
 

@@ -1,6 +1,6 @@
 """PNG pictures of a trace: attention heads, the positional encoding, a stage overview.
 
-matplotlib is optional (``pip install 'blockspec[plot]'``) and imported only here, on use.
+matplotlib is optional (``pip install 'blockspec[plot]'``) and loaded on use by ``train.plot.pyplot``.
 Pictures show the first sequence of the batch.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from blockspec.errors import BlockspecError
 from blockspec.modules.transformer import Transformer
 from blockspec.inspect.trace import SECTIONS, Trace
+from blockspec.train.plot import MissingDependencyError, pyplot  # noqa: F401 (the error's old import path)
 
 MAX_POSITIONS_SHOWN = 256
 ANNOTATE_UP_TO = 8  # write the value in each attention cell when N is at most this
@@ -23,28 +23,11 @@ SECTION_COLOURS = dict(zip((s.split(" ", 1)[0] for s in SECTIONS),
                            ("tab:purple", "tab:green", "tab:orange", "tab:red", "tab:brown", "tab:blue")))
 
 
-class MissingDependencyError(BlockspecError, ImportError):
-    """An optional dependency is needed for what was asked."""
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as error:
-        raise MissingDependencyError(
-            "plots need matplotlib, which is not installed; install it with: pip install 'blockspec[plot]'"
-        ) from error
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def write_plots(trace: Trace, model: Transformer, out_dir: str | Path, labels: Sequence[str]) -> list[Path]:
     """Write every picture for ``trace`` into ``out_dir``; ``labels`` name the N input tokens."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plt = _pyplot()
+    plt = pyplot()
     written = [plot_attention(plt, name, w[0], labels, out) for name, w in trace.select("*.attn.weights").items()]
     if model.positional.adds or model.positional.rotates:
         written.append(plot_positional(plt, model, out))
@@ -68,7 +51,7 @@ class _SiblingFiles:
 
 def write_plots_beside(trace: Trace, model: Transformer, file: str | Path, labels: Sequence[str]) -> list[Path]:
     """The stage overview in ``file``, then one sibling per attention layer and the positional encoding."""
-    out, plt = _SiblingFiles(Path(file)), _pyplot()
+    out, plt = _SiblingFiles(Path(file)), pyplot()
     written = [plot_overview(plt, trace, out)]
     written += [plot_attention(plt, name, w[0], labels, out) for name, w in trace.select("*.attn.weights").items()]
     if model.positional.adds or model.positional.rotates:

@@ -16,7 +16,7 @@ from attrs import frozen
 
 from blockspec.checkpoint.weights_file import load_weights
 from blockspec.data.tokenizer import Tokenizer, TokenizerError, parse_ids
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.inspect.trace import Trace
 from blockspec.modules.transformer import Transformer
 from blockspec.sources import Source, is_checkpoint, open_source, text_tokenizer
@@ -57,12 +57,13 @@ def _input_ids(own: Tokenizer | None, vocab_size: int, text: str | None,
     if ids is not None:
         return parse_ids(ids, vocab_size), own if own is not None else _stand_in_or_none(vocab_size)
     if not text:
-        raise TokenizerError("text: expected at least one character, found an empty text")
+        raise TokenizerError(Problem(path="text", expected="at least one character", found="an empty text"))
     tokenizer = text_tokenizer(own, vocab_size)
     try:
         return tokenizer.encode(text), tokenizer
     except TokenizerError as error:
-        raise TokenizerError(f"text: {error}; or give token ids instead of text") from None
+        raise TokenizerError(Problem(path="text", message=str(error), hint="or give {token_ids} instead of {text}",
+                                     names={"token_ids": "token ids", "text": "text"})) from None
 
 
 def _stand_in_or_none(vocab_size: int) -> Tokenizer | None:
@@ -99,9 +100,9 @@ def _checkpoint_of_same_model(path: str, source: Source) -> Source:
         return document
 
     if shape(checkpoint.spec) != shape(source.spec):
-        raise CheckpointError(f"weights: {path} is a checkpoint of {checkpoint.spec.model.name!r}, a different model "
-                              f"than SPEC's {source.spec.model.name!r}; trace the checkpoint itself: "
-                              f"blockspec trace {path} ...")
+        raise CheckpointError(Problem(
+            path="weights", message=f"{path} is a checkpoint of {checkpoint.spec.model.name!r}, a different model "
+            f"than SPEC's {source.spec.model.name!r}", hint=f"trace the checkpoint itself: blockspec trace {path} ..."))
     return checkpoint
 
 
@@ -117,9 +118,10 @@ def _refuse_hugging_face_file(path: str, model: Transformer) -> None:
     if not names or set(names) & set(model.state_dict()):
         return
     if any(re.match(family.layer_index, family.normalize_name(name)) for family in FAMILIES for name in names):
-        raise CheckpointError(f"weights: {path} is a Hugging Face weights file (tensor names like "
-                              f"{sorted(names)[0]!r}); pass its folder, with its config.json, as SPEC, or turn it "
-                              "into a checkpoint with blockspec import-hf FOLDER --out CKPT")
+        raise CheckpointError(Problem(
+            path="weights", message=f"{path} is a Hugging Face weights file (tensor names like {sorted(names)[0]!r})",
+            hint="pass its folder, with its config.json, as SPEC, or turn it into a checkpoint with "
+                 "blockspec import-hf FOLDER --out CKPT"))
 
 
 def label_of(tokenizer: Tokenizer | None, token_id: int) -> str:

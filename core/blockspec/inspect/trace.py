@@ -34,7 +34,7 @@ import torch
 from attrs import field, frozen
 from torch import nn
 
-from blockspec.errors import BlockspecError
+from blockspec.errors import BlockspecError, Problem
 from blockspec.inspect.capture import capture
 from blockspec.modules.transformer import Transformer
 
@@ -116,7 +116,8 @@ def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
     Runs under ``torch.no_grad`` and leaves the model as it was (mode, parameters, hooks).
     """
     if ids.dim() != 2:
-        raise TraceError(f"ids: expected token ids of shape (B, N), found shape {tuple(ids.shape)}")
+        raise TraceError(Problem(path="ids", expected="token ids of shape (B, N)",
+                                 found=f"shape {tuple(ids.shape)}"))
     recorder = _Recorder(model)
     with torch.no_grad(), capture(model, taps=recorder.tap, outputs=recorder.output, where=_listed):
         output = model(ids, start=start)

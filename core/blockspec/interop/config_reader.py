@@ -84,7 +84,7 @@ class ConfigReader:
 
     def raise_problems(self) -> None:
         if self.problems:
-            raise CheckpointError("\n".join(str(p) for p in self.problems))
+            raise CheckpointError(self.problems)
 
 
 # rope_type -> the keys transformers reads from its table for it, besides the type, rope_theta and

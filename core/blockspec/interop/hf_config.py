@@ -30,9 +30,9 @@ def architecture(config: dict[str, Any], file: str) -> str:
     supported = [arch for family in FAMILIES for arch in family.architectures]
     if len(names) != 1 or not isinstance(names[0], str) or names[0] not in supported:
         found = listed if listed else f"model_type {config.get('model_type')!r}"
-        raise CheckpointError(str(Problem(file=file, path="$.architectures",
-                                          message=f"unsupported architecture {found!r:.80}",
-                                          hint=f"blockspec imports {', '.join(supported)}")))
+        raise CheckpointError(Problem(file=file, path="$.architectures",
+                                      message=f"unsupported architecture {found!r:.80}",
+                                      hint=f"blockspec imports {', '.join(supported)}"))
     return names[0]
 
 

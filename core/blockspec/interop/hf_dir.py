@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.spec.json_read import read_json_object
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
@@ -61,9 +61,10 @@ def open_weights(directory: Path, *, allow_pickle: bool = False) -> Iterator[Wei
         raise CheckpointError(f"{directory}: no weights: expected {SAFETENSORS} (or a sharded "
                               f"{SAFETENSORS}.index.json)")
     if not allow_pickle:
-        raise CheckpointError(f"{pickle_path}: is a pickle, which can run code when loaded; refusing to read it. "
-                              "Convert it to safetensors, or opt in with allow_pickle=True "
-                              "to read it with torch.load(weights_only=True)")
+        raise CheckpointError(Problem(
+            file=str(pickle_path), message="is a pickle, which can run code when loaded; refusing to read it. "
+            "Convert it to safetensors, or {allow_pickle}",
+            names={"allow_pickle": "opt in with allow_pickle=True to read it with torch.load(weights_only=True)"}))
     yield _pickle_source(pickle_path)
 
 

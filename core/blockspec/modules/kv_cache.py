@@ -7,9 +7,14 @@ step costs one new row per layer and no allocation.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from blockspec.errors import ContextLengthError
+
+if TYPE_CHECKING:
+    from blockspec.modules.transformer import Transformer
 
 
 class LayerCache:
@@ -50,8 +55,11 @@ class KVCache:
         self.length = 0
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, *, batch_size: int, max_length: int) -> KVCache:
+    def for_model(cls, model: Transformer, *, batch_size: int, max_length: int) -> KVCache:
         """A cache sized for ``model``'s attention layers, on its device and in its dtype."""
+        if model.spec is None:  # a Transformer put together by hand: nothing says its attention's sizes
+            raise TypeError("KVCache.for_model needs a model built from a spec (model.spec is None); "
+                            "size the cache with KVCache(n_layers=..., n_kv_heads=..., head_dim=...)")
         cfg = model.spec.model
         weight = next(model.parameters())
         return cls(n_layers=cfg.n_layers, batch_size=batch_size, n_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,6 +10,7 @@ from attrs import field, frozen
 
 from blockspec.errors import RegistrationError
 from blockspec.spec.kinds import KINDS, PROMISED_FIELDS, PROMISES, REQUIRES
+from blockspec.spec.problems import close_match
 
 
 @frozen(kw_only=True)
@@ -168,5 +168,4 @@ class Registry:
         return found[0] if len(found) == 1 else None
 
     def suggest(self, kind: str, name: str) -> str | None:
-        close = difflib.get_close_matches(name, self.names(kind), n=1, cutoff=0.6)
-        return close[0] if close else None
+        return close_match(name, self.names(kind))

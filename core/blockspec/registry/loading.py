@@ -21,6 +21,7 @@ import pluggy
 from blockspec.registry import hookspecs
 from blockspec.errors import BlockspecError, PluginError, RegistrationError
 from blockspec.registry.policy import Policy, current_policy
+from blockspec.spec.problems import close_match
 from blockspec.registry.components import Component, Quarantine, Registry, Skipped, validate_component
 
 ENTRY_POINT_GROUP = "blockspec"
@@ -192,13 +193,11 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
 
 def _no_hook(plugin: object) -> str:
     """Why a plugin has no usable hook: a typo, or a hook without @hookimpl."""
-    import difflib
-
     names = [n for n in dir(plugin) if n.lower().startswith("blockspec")]
     unmarked = [n for n in names if n in HOOK_NAMES]
     if unmarked:
         return f"{unmarked[0]} is not marked with @blockspec.hookimpl"
-    close = [n for n in names if difflib.get_close_matches(n, HOOK_NAMES, n=1, cutoff=0.8)]
+    close = [n for n in names if close_match(n, HOOK_NAMES, cutoff=0.8)]
     if close:
         return f"implements no blockspec hook: found {close[0]!r}; did you mean {HOOK_NAMES[0]!r}?"
     return f"implements no blockspec hook (expected {', '.join(HOOK_NAMES)})"

@@ -7,7 +7,6 @@ the file's selection; the file is ``--registry FILE``, else ``BLOCKSPEC_REGISTRY
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -15,6 +14,7 @@ from typing import Literal
 
 from attrs import frozen
 
+from blockspec.spec.problems import close_match
 from blockspec.registry.catalogue import REGISTRY_ENV, policy_file, registry_file_override
 
 PLUGINS_ENV = "BLOCKSPEC_PLUGINS"
@@ -68,8 +68,8 @@ class Policy:
 
 
 def _close(name: str, present: dict[str, str]) -> str:
-    close = difflib.get_close_matches(normalize(name), list(present), n=1, cutoff=0.6)
-    return f"; did you mean {present[close[0]]!r}?" if close else ""
+    close = close_match(normalize(name), present)
+    return f"; did you mean {present[close]!r}?" if close else ""
 
 
 def current_policy() -> Policy:

@@ -6,7 +6,6 @@ Which components exist is the registry's business: the reader asks a ``Resolver`
 
 from __future__ import annotations
 
-import difflib
 import typing
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,7 +17,7 @@ from attrs import frozen
 from blockspec.errors import Problem, SpecError, UnknownComponentError
 from blockspec.spec import toml_read as toml_guard
 from blockspec.spec.kinds import SECTIONS
-from blockspec.spec.problems import did_you_mean, flatten, join, locate
+from blockspec.spec.problems import close_match, did_you_mean, flatten, join, locate
 from blockspec.spec.schema import (
     LAYER_KINDS,
     PLACEMENT_BLOCKS,
@@ -136,8 +135,12 @@ class _SpecReader:
         return ModelSpec(model=model, init=init, source=self.file, layers=rules, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
-        line = locate(self.text, path) if self.text else None
-        self.problems.append(Problem(file=self.file, path=path, line=line, message=message, hint=hint))
+        self.add(Problem(path=path, message=message, hint=hint))
+
+    def add(self, problem: Problem) -> None:
+        """``problem`` located in this file (its line found from its path)."""
+        line = locate(self.text, problem.path) if self.text and problem.path else None
+        self.problems.append(attrs.evolve(problem, file=self.file, line=line))
 
     def _check_tables(self, data: dict[str, Any]) -> None:
         for key in data:
@@ -209,8 +212,8 @@ class _SpecReader:
         if not isinstance(use, str):
             found = "nothing" if use is None else describe(use)
             names = ", ".join(repr(n) for n in self.resolver.names(kind)) or "none installed"
-            typo = difflib.get_close_matches("use", [k for k in fields if isinstance(k, str)], n=1, cutoff=0.5)
-            hint = f"found the key {SHORT.repr(typo[0])}: did you mean 'use'?" if typo and use is None else None
+            typo = close_match("use", [k for k in fields if isinstance(k, str)], cutoff=0.5)
+            hint = f"found the key {SHORT.repr(typo)}: did you mean 'use'?" if typo and use is None else None
             self.problem(path, f"expected the name of a {kind} ({names}), found {found}", hint)
             return None
         if (kind, use) not in self.resolved:  # once per distinct component, however many layers name it
@@ -226,8 +229,8 @@ class _SpecReader:
         try:
             return CONVERTER.structure(table, cls)
         except Exception as error:  # a plugin's validator may raise anything; it becomes a located problem
-            for where, message, hint in flatten(error, path, cls):
-                self.problem(where, message, hint)
+            for problem in flatten(error, path, cls):
+                self.add(problem)
             return None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import attrs
+
 from blockspec.errors import BlockspecError, Problem, SpecError
 from blockspec.spec.problems import flatten, locate
 from blockspec.spec.strict import CONVERTER
@@ -33,8 +35,8 @@ def structure_document(
     except Exception as failure:  # validators may raise anything; each becomes a located problem
         found = flatten(failure, path, cls)
     raise document_error(error, [
-        Problem(file=file, path=where, line=locate(text, where) if text else None, message=message, hint=hint)
-        for where, message, hint in found
+        attrs.evolve(problem, file=file, line=locate(text, problem.path) if text and problem.path else None)
+        for problem in found
     ])
 
 
@@ -43,6 +45,4 @@ def document_error(error: type[BlockspecError], problems: list[Problem]) -> Bloc
     if len(problems) > MAX_PROBLEMS:
         rest = len(problems) - MAX_PROBLEMS
         problems = [*problems[:MAX_PROBLEMS], Problem(file=problems[0].file, message=f"... and {rest} more problems")]
-    if issubclass(error, SpecError):
-        return error(problems)
-    return error("\n".join(str(p) for p in problems))
+    return error(problems)

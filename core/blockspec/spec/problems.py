@@ -5,18 +5,19 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
-from blockspec.errors import FieldError
+from blockspec.errors import FieldError, Problem
 from blockspec.spec.strict import SHORT
 from blockspec.spec.validators import FieldErrors
 
 
-def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str, str, str | None]]:
-    """cattrs' exception groups -> (path, message, hint) triples."""
+def flatten(error: BaseException, path: str, cls: type | None) -> list[Problem]:
+    """cattrs' exception groups -> located problems (path, message, expected, found, hint; no file yet)."""
     if isinstance(error, (ClassValidationError, IterableValidationError)):
         found = []
         for inner in error.exceptions:
@@ -24,20 +25,19 @@ def flatten(error: BaseException, path: str, cls: type | None) -> list[tuple[str
         return found
     if isinstance(error, ForbiddenExtraKeysError):
         allowed = [a.alias for a in attrs.fields(error.cl)]  # the keys a file writes
-        return [
-            (join(path, key), f"unknown key {SHORT.repr(key)}", did_you_mean(key, allowed) or _allowed(allowed))
-            for key in sorted(error.extra_fields)
-        ]
+        return [Problem(path=join(path, key), message=f"unknown key {SHORT.repr(key)}",
+                        hint=did_you_mean(key, allowed) or _allowed(allowed))
+                for key in sorted(error.extra_fields)]
     if isinstance(error, KeyError):
-        return [(path, "missing required key", None)]
+        return [Problem(path=path, message="missing required key")]
     if isinstance(error, FieldErrors):
-        return [(join(path, e.field), e.message, None) for e in error.errors]
+        return [attrs.evolve(e.problem, path=join(path, e.field)) for e in error.errors]
     if isinstance(error, FieldError):
-        return [(join(path, error.field), error.message, None)]
+        return [attrs.evolve(error.problem, path=join(path, error.field))]
     if isinstance(error, (ValueError, TypeError)):
-        return [(path, str(error) or type(error).__name__, None)]
+        return [Problem(path=path, message=str(error) or type(error).__name__)]
     owner = getattr(cls, "__qualname__", "the config")
-    return [(path, f"{owner} raised {type(error).__name__}: {SHORT.repr(str(error))}", None)]
+    return [Problem(path=path, message=f"{owner} raised {type(error).__name__}: {SHORT.repr(str(error))}")]
 
 
 def _inner_path(inner: BaseException, path: str, cls: type | None = None) -> str:
@@ -64,9 +64,17 @@ def join(path: str, key: Any) -> str:
     return f"{path}[{json.dumps(text[:60] + ('...' if len(text) > 60 else ''))}]"
 
 
-def did_you_mean(word: str, choices: Any) -> str | None:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else None
+def close_match(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The choice ``word`` was most likely meant to be (a typo's correction), or None: the one
+    fuzzy match every "did you mean" of the library makes."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """``did you mean 'x'?`` for the closest choice, or None."""
+    close = close_match(word, choices, cutoff=cutoff)
+    return None if close is None else f"did you mean {close!r}?"
 
 
 def _allowed(names: list[str]) -> str:

@@ -9,6 +9,8 @@ from attrs import frozen
 
 from blockspec.errors import FieldError
 
+Validator = Callable[[Any, Any, Any], None]  # attrs' (instance, attribute, value); raises FieldError
+
 
 @frozen
 class Check:
@@ -25,54 +27,55 @@ class Check:
     def __call__(self, instance: Any, attribute: Any, value: Any) -> None:
         """The same test as an attrs validator, for objects built in Python rather than read from a spec."""
         if not self.test(value):
-            raise FieldError(attribute.name, f"expected {self.expected}, found {value!r}")
+            raise FieldError(attribute.name, expected=self.expected, found=repr(value))
 
 
 class FieldErrors(FieldError):
     """Several fields failed together (cross-field checks); a FieldError for the first, listing all."""
 
     def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__(errors[0].field, errors[0].message)
+        first = errors[0].problem
+        super().__init__(errors[0].field, first.message, expected=first.expected, found=first.found, names=first.names)
         self.errors = errors
 
 
 def positive(instance: Any, attribute: Any, value: Any) -> None:
     """Sizes are counts: at least 1."""
     if value is not None and value < 1:
-        raise FieldError(attribute.name, f"expected a positive integer, found {value!r}")
+        raise FieldError(attribute.name, expected="a positive integer", found=repr(value))
 
 
-def at_least(bound: float):
+def at_least(bound: float) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value is not None and value < bound:
-            raise FieldError(attribute.name, f"expected a number >= {bound}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number >= {bound}", found=repr(value))
 
     return check
 
 
-def in_range(low: float, high: float, *, high_open: bool = True):
+def in_range(low: float, high: float, *, high_open: bool = True) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         ok = low <= value < high if high_open else low <= value <= high
         if not ok:
             bracket = ")" if high_open else "]"
-            raise FieldError(attribute.name, f"expected a number in [{low}, {high}{bracket}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number in [{low}, {high}{bracket}", found=repr(value))
 
     return check
 
 
-def greater_than(bound: float):
+def greater_than(bound: float) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if not value > bound:
-            raise FieldError(attribute.name, f"expected a number > {bound}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"a number > {bound}", found=repr(value))
 
     return check
 
 
-def one_of(choices: Collection[Any]):
+def one_of(choices: Collection[Any]) -> Validator:
     def check(instance: Any, attribute: Any, value: Any) -> None:
         if value not in choices:
             listed = ", ".join(repr(c) for c in choices)
-            raise FieldError(attribute.name, f"expected one of {listed}, found {value!r}")
+            raise FieldError(attribute.name, expected=f"one of {listed}", found=repr(value))
 
     return check
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import torch
+import attrs
 from attrs import field, frozen
 from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors
@@ -30,7 +31,7 @@ from safetensors.torch import save as save_tensors
 from blockspec.assembly.assemble import build_unfilled
 from blockspec.checkpoint.directory import load, read_extra_file, save
 from blockspec.checkpoint.layout import OPTIMIZER_FILE, TOKENIZER_FILE, TRAINING_FILE, carried_entries
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.spec.documents import structure_document
@@ -198,8 +199,15 @@ def _extra(path: str | Path, name: str) -> bytes:
     try:
         return read_extra_file(path, name)
     except CheckpointError as error:
-        raise CheckpointError(f"{error}; {path} is not a training checkpoint (save_checkpoint writes those)"
-                              ) from None
+        raise CheckpointError(_not_training(error.problems, path)) from None
+
+
+def _not_training(problems: tuple[Problem, ...], path: str | Path) -> list[Problem]:
+    """The problems of a missing training file, the last one saying what writes such files."""
+    *rest, last = problems
+    hint = f"{path} is not a training checkpoint ({{save_checkpoint}} writes those)"
+    return [*rest, attrs.evolve(last, hint=f"{last.hint}; {hint}" if last.hint else hint,
+                                names={**last.names, "save_checkpoint": "save_checkpoint"})]
 
 
 def _json(path: str | Path, name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from attrs import frozen
 from torch import nn
 
-from blockspec.errors import BlockspecError
+from blockspec.errors import BlockspecError, Problem
 
 Strategy = Literal["ddp", "fsdp"]
 
@@ -38,8 +38,9 @@ class World:
     def shard(self, batch: torch.Tensor) -> torch.Tensor:
         """This rank's rows of a global batch (B, ...) -> (B / size, ...)."""
         if batch.shape[0] % self.size:
-            raise DistributedError(f"a batch of {batch.shape[0]} cannot be split evenly over {self.size} processes; "
-                                   f"use a batch_size divisible by {self.size}")
+            raise DistributedError(Problem(
+                message=f"a batch of {batch.shape[0]} cannot be split evenly over {self.size} processes",
+                hint=f"use a {{batch_size}} divisible by {self.size}", names={"batch_size": "batch_size"}))
         rows = batch.shape[0] // self.size
         return batch[self.rank * rows : (self.rank + 1) * rows].to(self.device)
 
@@ -99,8 +100,10 @@ def _fully_shard(model: nn.Module) -> nn.Module:
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:
-        raise DistributedError(f"strategy 'fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); "
-                               f"this torch is {torch.__version__}; use strategy 'ddp' (the default)") from None
+        raise DistributedError(Problem(
+            message="{fsdp} needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); "
+                    f"this torch is {torch.__version__}", hint="use {ddp}",
+            names={"fsdp": "strategy 'fsdp'", "ddp": "strategy 'ddp' (the default)"})) from None
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)

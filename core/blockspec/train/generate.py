@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from blockspec.errors import ContextLengthError
+from blockspec.errors import ContextLengthError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 
@@ -100,12 +100,12 @@ def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, t
         room = limit - n_prompt
         fix = (f"ask for at most {room} new tokens" if room > 0 else
                f"the prompt is too long: shorten it to at most {limit - 1} tokens")
-        raise ContextLengthError(
-            f"a prompt of {n_prompt} tokens plus {max_new_tokens} new ones needs positions up to {end - 1}, "
-            f"but {type(model.positional).__name__} holds positions 0..{limit - 1} (context_length = {limit}); "
-            f"{fix}, let generation slide over the last {limit} tokens (overflow=\"slide\"), "
-            f"or use sinusoidal/rope positions"
-        )
+        raise ContextLengthError(Problem(
+            message=f"a prompt of {n_prompt} tokens plus {max_new_tokens} new ones needs positions up to {end - 1}, "
+                    f"but {type(model.positional).__name__} holds positions 0..{limit - 1} (context_length = {limit})",
+            hint=f"{fix}, let generation slide over the last {limit} tokens ({{overflow}}), "
+                 "or use sinusoidal/rope positions",
+            names={"overflow": 'overflow="slide"'}))
 
 
 def _positionwise_head(model: Transformer) -> bool:

@@ -19,7 +19,7 @@ from attrs import field, frozen
 from blockspec.errors import BlockspecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
-from blockspec.errors import FieldError
+from blockspec.errors import FieldError, Problem
 from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.data.dataset import Dataset, batch_seed
@@ -69,8 +69,8 @@ class TrainConfig:
             errors.append(FieldError("min_lr", f"expected a number <= the learning rate ({self.lr}), "
                                                f"found {self.min_lr}"))
         if self.batch_size % self.grad_accum:
-            errors.append(FieldError("grad_accum", f"expected a divisor of batch_size ({self.batch_size}), "
-                                                   f"found {self.grad_accum}"))
+            errors.append(FieldError("grad_accum", expected=f"a divisor of {{batch_size}} ({self.batch_size})",
+                                     found=str(self.grad_accum), names={"batch_size": "batch_size"}))
         if errors:
             raise errors[0] if len(errors) == 1 else FieldErrors(errors)
 
@@ -191,10 +191,11 @@ class Trainer:
         if pieces == 1:
             return [(x, y)]
         if x.shape[0] % pieces:
-            raise TrainConfigError(
-                f"batch_size {self.config.batch_size} over {self.world.size} processes gives {x.shape[0]} rows each, "
-                f"which grad_accum {pieces} cannot split evenly; use a batch_size divisible by "
-                f"{pieces * self.world.size}")
+            raise TrainConfigError(Problem(
+                message=f"{{batch_size}} {self.config.batch_size} over {self.world.size} processes gives "
+                        f"{x.shape[0]} rows each, which {{grad_accum}} {pieces} cannot split evenly",
+                hint=f"use a {{batch_size}} divisible by {pieces * self.world.size}",
+                names={"batch_size": "batch_size", "grad_accum": "grad_accum"}))
         return list(zip(x.chunk(pieces), y.chunk(pieces)))  # (B / size / K, T) each
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

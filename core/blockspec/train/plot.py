@@ -13,10 +13,27 @@ class PlotError(BlockspecError, RuntimeError):
     """matplotlib is missing, or the figure cannot be written."""
 
 
+class MissingDependencyError(PlotError, ImportError):
+    """matplotlib (the optional ``plot`` extra) is not installed; an ImportError too, for callers that skip plots."""
+
+
+def pyplot():
+    """matplotlib's pyplot on the headless Agg backend (files only, no display): the one way blockspec loads it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise MissingDependencyError("plots need matplotlib, which is not installed; install it with: "
+                                     "pip install 'blockspec[plot]'") from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as loaded
+
+    return loaded
+
+
 def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: str = "") -> Path:
     """Per-step training loss (thin) and evaluated validation loss (markers) of each named run."""
-    pyplot = _pyplot()
-    figure, axes = pyplot.subplots(figsize=(8, 5))
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(8, 5))
     for index, (name, history) in enumerate(histories.items()):
         color = f"C{index}"
         axes.plot(range(1, len(history.train) + 1), history.train, color=color, alpha=0.35, lw=0.8,
@@ -32,7 +49,7 @@ def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: st
     except OSError as error:
         raise PlotError(f"{path}: cannot write the plot: {error.strerror}") from None
     finally:
-        pyplot.close(figure)
+        plt.close(figure)
     return Path(path)
 
 
@@ -44,13 +61,3 @@ def _limits(histories: Mapping[str, History]) -> tuple[float, float]:
         values += [losses[0], losses[int(0.9 * (len(losses) - 1))]]
     return (0.95 * min(values), 1.1 * max(values)) if values else (0.0, 1.0)
 
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plots need matplotlib: pip install 'blockspec[plot]' (or matplotlib)") from None
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    return pyplot

@@ -28,7 +28,7 @@ from attrs import frozen
 from blockspec.assembly.assemble import build
 from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
 from blockspec.checkpoint.outputs import check_writable_target
-from blockspec.errors import BlockspecError
+from blockspec.errors import BlockspecError, Problem
 from blockspec.registry.components import Registry
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import spec_to_dict
@@ -262,7 +262,7 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
 
     registry = registry if registry is not None else load_registry()
     if not seeds or len(set(seeds)) != len(seeds):
-        raise SweepError(f"seeds: expected distinct seeds, found {list(seeds)}")
+        raise SweepError(Problem(path="seeds", expected="distinct seeds", found=str(list(seeds))))
     base = load_spec_or_checkpoint(spec, registry)
     variants = make_variants(base, vary, registry, source=str(spec))
     config = loop.make_config({**(settings or {}), "seed": seeds[0]})
@@ -354,11 +354,9 @@ _NUMBERS = ("parameters", "seeds", "train_loss_mean", "train_loss_std", "val_los
 
 def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
     """Validation loss against step, one colour per variant, one line per seed. ImportError without matplotlib."""
-    import matplotlib
+    from blockspec.train.plot import pyplot as load_pyplot
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = load_pyplot()
     figure, axes = pyplot.subplots(figsize=(8, 5))
     labels: dict[str, str] = {}
     for run in runs:

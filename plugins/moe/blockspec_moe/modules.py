@@ -9,22 +9,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blockspec.plugin import tap
+from blockspec.plugin import FeedForward, tap
 
 
-class SharedExperts(nn.Module):
-    """The always-applied dense expert(s): n_shared experts fused into one FFN of n_shared·d_ff."""
+class SharedExperts(FeedForward):
+    """The always-applied dense expert(s): n_shared experts fused into one FFN of n_shared·d_ff (the core's
+    dense FFN), optionally scaled by a learned sigmoid gate per token."""
 
     def __init__(self, *, d_model: int, d_ff: int, activation: nn.Module, bias: bool, gate: bool) -> None:
-        super().__init__()
-        width = 2 * d_ff if getattr(activation, "gated", False) else d_ff
-        self.up = nn.Linear(d_model, width, bias=bias)
-        self.act = activation
-        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        super().__init__(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
         self.gate = nn.Linear(d_model, 1, bias=False) if gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.down(self.act(self.up(x)))
+        y = self.down(self.act(self.up(x)))  # untapped: the mixture shows the shared experts as one stage
         return y if self.gate is None else torch.sigmoid(self.gate(x)) * y
 
 
