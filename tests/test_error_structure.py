@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import blockspec
-from blockspec.cli import (export_cmd, export_weights_cmd, generate_cmd, import_cmd, main, sweep_cmd, trace_cmd,
+from blockspec.cli import (export_cmd, model_input, export_weights_cmd, generate_cmd, import_cmd, main, sweep_cmd, trace_cmd,
                            train_cmd)
 from blockspec.cli.common import flag_names
 from blockspec.checkpoint.outputs import OutputExistsError
@@ -18,7 +18,7 @@ from blockspec.interop.hf_dir import open_weights
 from blockspec.train.generate import generate
 from blockspec.train.loop import make_config
 from blockspec.train.sweep import run_sweep
-from blockspec.train.tokenizer import parse_ids, tokenizer_for
+from blockspec.data.tokenizer import parse_ids, stand_in_tokenizer
 
 from .specs import spec_text
 
@@ -102,14 +102,14 @@ def test_import_hf_says_allow_pickle(tmp_path):
 
 
 def test_trace_says_its_flags():
-    assert said(trace_cmd.FLAGS, lambda: parse_ids("1,x", 64)) == "--ids: expected an integer token id, found 'x'"
-    assert said(trace_cmd.FLAGS, lambda: parse_ids("1,65", 64)) == "--ids: token id 65 is outside the vocabulary 0..63"
-    assert said(trace_cmd.FLAGS, lambda: tokenizer_for(7)).endswith("; give token ids with --ids instead of --text")
+    assert said(model_input.FLAGS, lambda: parse_ids("1,x", 64)) == "--ids: expected an integer token id, found 'x'"
+    assert said(model_input.FLAGS, lambda: parse_ids("1,65", 64)) == "--ids: token id 65 is outside the vocabulary 0..63"
+    assert said(model_input.FLAGS, lambda: stand_in_tokenizer(7)).endswith("; give token ids with --ids instead of --text")
 
 
 def test_trace_sends_pickles_through_import_hf(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
-    line = said(trace_cmd.PICKLE, lambda: open_weights(tmp_path).__enter__())
+    line = said(model_input.PICKLE, lambda: open_weights(tmp_path).__enter__())
     assert "import it with `blockspec import-hf DIR --allow-pickle --out CKPT`" in line and "allow_pickle=" not in line
 
 
@@ -154,7 +154,8 @@ def test_the_tables_name_only_flags_the_command_has():
     parser = make_parser()
     action = next(a for a in parser._actions if a.dest == "command")
     for name, module in [("export-hf", export_cmd), ("export", export_weights_cmd), ("import-hf", import_cmd),
-                         ("train", train_cmd), ("sweep", sweep_cmd), ("trace", trace_cmd)]:
+                         ("train", train_cmd), ("sweep", sweep_cmd), ("trace", model_input),
+                         ("explore", model_input)]:
         flags = {o for a in action.choices[name]._actions for o in a.option_strings}
         for key, flag in module.FLAGS.items():
             if key.startswith("$.") or flag.startswith("--"):
