@@ -78,12 +78,12 @@ class Listener(Protocol):
 
 
 def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Registry, resume: str | None = None,
-         **keeping: Any) -> Run:
+         out: str | Path | None = None, checkpoint_every: int = 0, replace_out: bool = False,
+         strategy: Strategy = "ddp", measure_peak: bool = False) -> Run:
     """The run `blockspec train SOURCE --data DATA` describes: a spec file trains fresh weights; a checkpoint or
     Hugging Face directory fine-tunes its own (with its tokenizer and carried files); ``resume`` continues a run.
 
-    ``settings`` are the explicitly set ones (over the resumed run's, over the defaults); ``keeping``
-    are ``Run``'s fields for where the run is kept (out, checkpoint_every, replace_out, strategy, measure_peak).
+    ``settings`` are the ones set explicitly (over the resumed run's, over the defaults); the rest are ``Run``'s.
     """
     spec = load_spec_or_checkpoint(source, registry)
     check_head(spec, registry, source=source)
@@ -95,7 +95,8 @@ def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Regis
     dataset = open_data(data, [spec], model_tokenizer(source, checkpoint), tokenizer_of=resume or source)
     carried = checkpoint.carried if checkpoint else carried_of(weights) if weights else {}
     return Run(spec=spec, data=dataset, config=run_config(settings, checkpoint), weights=weights,
-               resume=checkpoint, carried=carried, **keeping)
+               resume=checkpoint, carried=carried, out=out, checkpoint_every=checkpoint_every,
+               replace_out=replace_out, strategy=strategy, measure_peak=measure_peak)
 
 
 def check_head(spec: ModelSpec, registry: Registry, *, source: str) -> None:
