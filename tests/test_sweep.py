@@ -150,3 +150,39 @@ def test_a_folder_that_is_not_a_sweep_is_never_replaced(inputs, tmp_path, capsys
     assert sweep(spec, data, out, "--force") == 2
     assert "is not a sweep folder" in capsys.readouterr().err
     assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture
+def bpe_checkpoint(inputs, tmp_path):
+    """A training checkpoint whose tokenizer is a byte-level BPE one (300 tokens), trained on its own data."""
+    pytest.importorskip("tokenizers")
+    _, data = inputs
+    spec = tmp_path / "bpe.toml"
+    spec.write_text(spec_text(name="bpe", vocab_size=300, context_length=16, d_model=16, n_layers=1, n_heads=2,
+                              d_ff=32))
+    assert main(["tokenizer", "train", str(data), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
+    assert main(["data", "prepare", str(data), "--tokenizer", str(tmp_path / "tok"), "--out",
+                 str(tmp_path / "bpe-data"), "--quiet"]) == 0
+    assert main(["train", str(spec), "--data", str(tmp_path / "bpe-data"), *FAST[:6], "--out",
+                 str(tmp_path / "ckpt"), "--quiet"]) == 0
+    return tmp_path / "ckpt", (tmp_path / "tok" / "tokenizer.json").read_bytes()
+
+
+def test_a_sweep_over_a_checkpoint_trains_with_its_tokenizer(inputs, bpe_checkpoint, tmp_path, capsys):
+    """A text file is encoded with the checkpoint's BPE tokenizer, and each run keeps it (not the characters)."""
+    from blockspec.train.checkpointing import load_checkpoint
+
+    (checkpoint, bpe), (_, data) = bpe_checkpoint, inputs
+    assert sweep(checkpoint, data, tmp_path / "out", vary=("norm.use=layernorm,rmsnorm",), seeds="0") == 0
+    for run in sorted((tmp_path / "out" / "runs").iterdir()):
+        assert getattr(load_checkpoint(run).tokenizer, "data", None) == bpe, run.name
+
+
+def test_a_sweep_refuses_data_of_another_tokenizer_than_the_models(inputs, bpe_checkpoint, tmp_path, capsys):
+    (checkpoint, _), (_, data) = bpe_checkpoint, inputs
+    assert main(["data", "prepare", str(data), "--tokenizer", "char", "--out", str(tmp_path / "chars")]) == 0
+    capsys.readouterr()
+    assert sweep(checkpoint, tmp_path / "chars", tmp_path / "out", vary=("norm.use=layernorm",), seeds="0") == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "another tokenizer" in err and f"--tokenizer {checkpoint}" in err, err
+    assert not (tmp_path / "out").exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names
@@ -29,13 +28,15 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.data.prepared import prepare
     from blockspec.data.textfiles import check_text_files
     from blockspec.sources import tokenizer_at
+    from blockspec.train.progress import Progress
 
     with flag_names({"overwrite": "--force"}):
         check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
     tokenizer = tokenizer_at(args.tokenizer)
     total = check_text_files(args.files)
-    with _bar(total, enabled=not (args.quiet or args.json)) as bar:
-        meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.update)
+    with Progress(total=total, unit="B", scale=True, description="tokenising",
+                  enabled=not (args.quiet or args.json)) as bar:  # bytes of text read so far
+        meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.advance)
     if args.json:
         emit_json(meta)
     else:
@@ -44,10 +45,3 @@ def run(args: argparse.Namespace) -> int:
               f"({meta['dtype']}, {meta['vocab_size']} tokens in the vocabulary)")
     return 0
 
-
-def _bar(total: int, *, enabled: bool):
-    """Bytes of text read so far, on stderr, when it is a terminal."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, file=sys.stderr, leave=False, desc="tokenising",
-                disable=not (enabled and sys.stderr.isatty()))

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import TYPE_CHECKING
 
 from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, emit_json, flag_names,
                                   memory_limit, non_negative_float, non_negative_int, positive_float, positive_int,
                                   registry_with_warnings, resolve_device, seed_int)
+
+if TYPE_CHECKING:
+    from blockspec.train.progress import Progress
 
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds": "--seeds",
@@ -79,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
     vary, seeds = parse_vary(args.vary), parse_seeds(args.seeds)
     device = resolve_device(args.device)
     settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
-    with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"):
+    report = _Report()
+    with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"), report:
         result = run_sweep(args.spec, args.data, vary, args.out, seeds=seeds, settings=settings, force=args.force,
                            checkpoint_every=args.checkpoint_every, device=device,
-                           registry=registry_with_warnings(), report=None if args.json else _report)
+                           registry=registry_with_warnings(), report=None if args.json else report)
     if args.json:
         emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),
                    "results": result.rows, "files": [str(f) for f in result.files], "note": result.note})
@@ -93,8 +98,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(number: int, total: int, result) -> None:
-    last = result.history.evals[-1]
-    done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
-    print(f"run {number}/{total} {result.variant.label} seed {result.seed}: train {last.train_loss:.4f}  "
-          f"val {last.val_loss:.4f}  ({done})", flush=True)
+class _Report:
+    """A line per finished run, above a bar over the runs (made when the first run reports their number)."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def __enter__(self) -> _Report:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.progress is not None:
+            self.progress.close()
+
+    def __call__(self, number: int, total: int, result) -> None:
+        if self.progress is None:
+            from blockspec.train.progress import Progress
+
+            self.progress = Progress(total=total, initial=number - 1, unit="run")
+        last = result.history.evals[-1]
+        done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
+        self.progress.write(f"run {number}/{total} {result.variant.label} seed {result.seed}: "
+                            f"train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
+        self.progress.advance()

@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
-from blockspec.spec.convert import spec_to_dict
-from blockspec.errors import CheckpointError
 from blockspec.checkpoint.outputs import check_writable_target, same_path
 from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
@@ -108,59 +105,29 @@ def _preflight(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace, world) -> int:
-    from blockspec.assembly.assemble import build
-    from blockspec.checkpoint.layout import carried_entries
-    from blockspec.sources import open_source
-    from blockspec.train.checkpointing import load_checkpoint
-    from blockspec.train.loop import Trainer, check_lm_head
+    from blockspec.train import run as training
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
-    source = open_source(args.spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
-    spec = source.spec
-    check_lm_head(registry.get("head", spec.head.name, spec.head.distribution), source=args.spec)
-    resume = load_checkpoint(args.resume, registry) if args.resume else None
-    if resume is not None and spec_to_dict(resume.spec) != spec_to_dict(spec):
-        raise CheckpointError(f"{args.resume}: was trained from a different spec than {args.spec}; "
-                              "pass the spec it was trained from")
-    weights = source.has_weights and resume is None  # fine-tune: start from the checkpoint's (or HF model's) weights
-    tokenizer = resume.tokenizer if resume else source.tokenizer() if weights else None
-    args.carried = resume.carried if resume else carried_entries(source.carried()) if weights else {}
-    data = _dataset(args, tokenizer)
-    data.check_fits(spec.model.vocab_size, spec.model.context_length)
-    config = _config(args, resume)
-    model = source.model() if weights else build(spec, registry=registry, seed=config.seed)
-    _set_threads(args.threads, model, world)
-    trainer = Trainer(model, data, config, world=world, strategy="fsdp" if args.fsdp else "ddp", resume=resume)
-    return _Session(args, trainer).run()
-
-
-def _dataset(args: argparse.Namespace, tokenizer):
-    """A prepared directory (its tokenizer must be the model's, if the model has one), else a text file
-    (encoded with the model's tokenizer, if it has one: characters or subwords, each id keeps its meaning)."""
-    from blockspec.data.dataset import CharDataset
-    from blockspec.data.prepared import PreparedDataset
-
-    if not Path(args.data).is_dir():
-        return CharDataset.from_file(args.data, tokenizer)
-    data = PreparedDataset(args.data)
-    if tokenizer is not None:
-        data.check_tokenizer(tokenizer, source=args.resume or args.spec)
-    return data
+    settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
+    run = training.plan(args.spec, args.data, settings, registry=registry, resume=args.resume, out=args.out,
+                        checkpoint_every=args.checkpoint_every, replace_out=args.replace_out,
+                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True)
+    trainer = training.start(run, registry=registry, world=world)
+    _set_threads(args.threads, trainer.raw, world)
+    bar = _Bar(trainer, talk=world.is_main and not (args.json or args.quiet))
+    with bar.progress:
+        outcome = training.execute(run, trainer, bar)
+    if args.plot and world.is_main:
+        _plot(args, trainer.spec.model.name, outcome.history)
+    if world.is_main:
+        _summarize(args, outcome, world.size)
+    return 0
 
 
 def _quiet_registry():
     from blockspec.registry.loading import load_registry
 
     return load_registry()
-
-
-def _config(args: argparse.Namespace, resume):
-    """Defaults, then the resumed run's settings, then what this command line sets explicitly."""
-    from blockspec.train.loop import make_config
-
-    base = resume.training["config"] if resume is not None else {}
-    flags = {name: getattr(args, name) for name in SETTINGS}
-    return make_config({**base, **{k: v for k, v in flags.items() if v is not None}})
 
 
 def _set_threads(threads: int | None, model, world) -> None:
@@ -175,103 +142,43 @@ def _set_threads(threads: int | None, model, world) -> None:
     torch.set_num_threads(max(threads, 1))
 
 
-def _flops(trainer) -> tuple[float, float | None]:
-    """Training FLOPs per token, and the matmul rate of all processes' devices, measured now on CUDA
-    (each rank times its own GPU; the rate is that times the world size); None elsewhere."""
-    import torch
+class _Bar:
+    """The run's listener: a progress bar (steps, loss, tokens/s) and, unless silenced, its evaluation lines."""
 
-    from blockspec.train.optim import half_dtype
-    from blockspec.train.throughput import flops_per_token, measured_peak
-
-    model, device = trainer.spec.model, trainer.world.device
-    per_token = flops_per_token(trainer.raw, n_layers=model.n_layers, d_model=model.d_model,
-                                context_length=model.context_length)
-    dtype = half_dtype(device) if trainer.config.precision == "bf16-mixed" else torch.float32
-    peak = measured_peak(device, dtype)
-    return per_token, peak * trainer.world.size if peak else None
-
-
-class _Session:
-    """What one `blockspec train` invocation shows and writes around the trainer's loop."""
-
-    def __init__(self, args: argparse.Namespace, trainer) -> None:
+    def __init__(self, trainer, *, talk: bool) -> None:
         from blockspec.train.progress import Progress
 
-        self.args, self.trainer, self.world = args, trainer, trainer.world
-        self.talk = self.world.is_main and not (args.json or args.quiet)
-        self.progress = Progress(total=trainer.config.steps, initial=trainer.step, enabled=self.talk)
-        self.seconds_before = trainer.train_seconds
-        self.per_token, self.peak = _flops(trainer)
-        self.started, self.first_step = time.perf_counter(), trainer.step
+        self.progress = Progress(total=trainer.config.steps, initial=trainer.step, enabled=talk)
+        self.talk = talk
 
-    def run(self) -> int:
-        try:
-            self.trainer.run(on_step=self.on_step, on_eval=self.on_eval)
-        finally:
-            self.progress.close()
-        if not self.trainer.history.evals or self.trainer.history.evals[-1].step != self.trainer.step:
-            self.trainer.evaluate()  # resumed at or past --steps: still report where the model stands
-        if self.args.out:
-            self.save()
-        if self.args.plot and self.world.is_main:
-            self.plot()
-        if self.world.is_main:
-            self.summarize()
-        return 0
+    def step(self, trainer, loss: float, meter) -> None:
+        self.progress.update(loss=loss, tokens_per_s=meter.tokens_per_s(), mfu=meter.mfu())
 
-    def tokens_per_s(self) -> float:
-        seconds = self.trainer.train_seconds - self.seconds_before
-        steps = self.trainer.step - self.first_step
-        return steps * self.trainer.tokens_per_step / seconds if seconds > 0 else 0.0
-
-    def mfu(self) -> float | None:
-        from blockspec.train.throughput import utilisation
-
-        return utilisation(self.tokens_per_s(), self.per_token, self.peak)
-
-    def on_step(self, trainer, loss: float) -> None:
-        self.progress.update(loss=loss, tokens_per_s=self.tokens_per_s(), mfu=self.mfu())
-        every = self.args.checkpoint_every
-        if self.args.out and every and trainer.step % every == 0 and trainer.step < trainer.config.steps:
-            self.save()
-
-    def on_eval(self, trainer, evaluation) -> None:
+    def evaluation(self, trainer, evaluation, meter) -> None:
         if self.talk:
             self.progress.write(f"step {evaluation.step:>5}/{trainer.config.steps}  train {evaluation.train_loss:.4f}"
-                                f"  val {evaluation.val_loss:.4f}  {self.tokens_per_s():,.0f} tok/s"
-                                f"  {time.perf_counter() - self.started:.1f}s")
+                                f"  val {evaluation.val_loss:.4f}  {meter.tokens_per_s():,.0f} tok/s"
+                                f"  {meter.seconds():.1f}s")
 
-    def save(self) -> None:
-        """The checkpoint, with the Hugging Face files (config, tokenizer) of the model it was fine-tuned from."""
-        import attrs
 
-        from blockspec.train.checkpointing import save_checkpoint
+def _plot(args: argparse.Namespace, name: str, history) -> None:
+    from blockspec.train.plot import plot_losses
 
-        if self.trainer.sharded or self.world.is_main:
-            checkpoint = attrs.evolve(self.trainer.checkpoint(), carried=self.args.carried)  # a collective under FSDP
-            if self.world.is_main:
-                save_checkpoint(self.args.out, checkpoint, overwrite=self.args.replace_out)
-                self.args.replace_out = True  # later saves of this run replace its own checkpoint
+    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+    plot_losses({name: history}, args.plot, title=f"{name} on {Path(args.data).name}")
 
-    def plot(self) -> None:
-        from blockspec.train.plot import plot_losses
 
-        name = self.trainer.spec.model.name
-        Path(self.args.plot).parent.mkdir(parents=True, exist_ok=True)
-        plot_losses({name: self.trainer.history}, self.args.plot, title=f"{name} on {Path(self.args.data).name}")
-
-    def summarize(self) -> None:
-        last = self.trainer.history.evals[-1]
-        summary = {"steps": self.trainer.step, "train_loss": last.train_loss, "val_loss": last.val_loss,
-                   "tokens_per_s": round(self.tokens_per_s(), 1),
-                   "seconds": round(time.perf_counter() - self.started, 3), "world_size": self.world.size,
-                   "checkpoint": self.args.out, "plot": self.args.plot}
-        if self.peak:  # only against a rate measured on this device (CUDA); none on a CPU
-            summary["mfu"] = round(self.mfu(), 4)
-            summary["peak_flops"] = self.peak
-        if self.args.json:
-            emit_json(summary)
-        else:
-            print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}, "
-                  f"{summary['tokens_per_s']:,.0f} tok/s, {summary['seconds']:.1f}s"
-                  + (f"; checkpoint {self.args.out}" if self.args.out else ""), file=sys.stdout, flush=True)
+def _summarize(args: argparse.Namespace, outcome, world_size: int) -> None:
+    last = outcome.history.evals[-1]
+    summary = {"steps": outcome.step, "train_loss": last.train_loss, "val_loss": last.val_loss,
+               "tokens_per_s": round(outcome.tokens_per_s, 1), "seconds": round(outcome.seconds, 3),
+               "world_size": world_size, "checkpoint": args.out, "plot": args.plot}
+    if outcome.peak_flops:  # only against a rate measured on this device (CUDA); none on a CPU
+        summary["mfu"] = round(outcome.mfu, 4)
+        summary["peak_flops"] = outcome.peak_flops
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}, "
+              f"{summary['tokens_per_s']:,.0f} tok/s, {summary['seconds']:.1f}s"
+              + (f"; checkpoint {args.out}" if args.out else ""), file=sys.stdout, flush=True)

@@ -34,9 +34,11 @@ from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import spec_to_dict
 from blockspec.spec.schema import ModelSpec
 from blockspec.train import loop
-from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint, save_checkpoint
-from blockspec.sources import is_checkpoint
+from blockspec.data.dataset import Dataset
+from blockspec.sources import is_checkpoint, open_source
+from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint
 from blockspec.train.distributed import World
+from blockspec.train.run import Run, check_head, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
@@ -194,14 +196,6 @@ def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequ
 # ---------------------------------------------------------------- running
 
 
-def load_dataset(path: str | Path):
-    """A prepared directory (blockspec data prepare), else a UTF-8 text file read as characters."""
-    from blockspec.data.dataset import CharDataset
-    from blockspec.data.prepared import PreparedDataset
-
-    return PreparedDataset(path) if Path(path).is_dir() else CharDataset.from_file(path)
-
-
 def _saved_step(directory: Path) -> int | None:
     """The step of the checkpoint in ``directory``, or None when there is none (not started)."""
     if not is_checkpoint(directory):
@@ -210,41 +204,26 @@ def _saved_step(directory: Path) -> int | None:
     return int(json.loads(read_extra_file(directory, TRAINING_FILE))["step"])
 
 
-def train_run(variant: Variant, seed: int, directory: Path, data, settings: dict[str, Any], *,
+def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
               registry: Registry, world: World, checkpoint_every: int) -> RunResult:
     """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record."""
-    config = loop.make_config({**settings, "seed": seed})
+    config = run_config({**settings, "seed": seed})
     step = _saved_step(directory)
     if step is not None and step >= config.steps:
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
-    model = build(variant.spec, registry=registry, seed=config.seed)
-    trainer = loop.Trainer(model, data, config, world=world, resume=resume)
-    seconds_before, first = trainer.train_seconds, trainer.step
-
-    def on_step(trainer: loop.Trainer, loss: float) -> None:
-        if checkpoint_every and trainer.step % checkpoint_every == 0 and trainer.step < config.steps:
-            save_checkpoint(directory, trainer.checkpoint(), overwrite=True)
-
-    trainer.run(on_step=on_step)
-    if not trainer.history.evals or trainer.history.evals[-1].step != trainer.step:
-        trainer.evaluate()  # steps 0, or resumed at the end: still say where the model stands
-    save_checkpoint(directory, trainer.checkpoint(), overwrite=True)
-    return RunResult(variant, seed, directory, trainer.history, _rate(trainer), skipped=False)
-
-
-def _rate(trainer: loop.Trainer) -> float:
-    seconds = trainer.train_seconds
-    return trainer.step * trainer.tokens_per_step / seconds if seconds > 0 else 0.0
+    run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
+              checkpoint_every=checkpoint_every, replace_out=True)
+    outcome = execute(run, start(run, registry=registry, world=world))
+    return RunResult(variant, seed, directory, outcome.history, outcome.run_tokens_per_s, skipped=False)
 
 
 def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) -> RunResult:
     training = json.loads(read_extra_file(directory, TRAINING_FILE))
     history = loop.History.from_dict(training["history"])
-    batch = int(training["config"]["batch_size"])
-    seconds = float(training.get("train_seconds", 0.0))
-    tokens = int(training["step"]) * batch * variant.spec.model.context_length
-    return RunResult(variant, seed, directory, history, tokens / seconds if seconds > 0 else 0.0, skipped=True)
+    per_step = int(training["config"]["batch_size"]) * variant.spec.model.context_length
+    rate = tokens_per_s(int(training["step"]), per_step, float(training.get("train_seconds", 0.0)))
+    return RunResult(variant, seed, directory, history, rate, skipped=True)
 
 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
@@ -257,20 +236,18 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
     resume an interrupted sweep.
     """
-    from blockspec.sources import load_spec_or_checkpoint
     from blockspec.registry.loading import load_registry
 
     registry = registry if registry is not None else load_registry()
     if not seeds or len(set(seeds)) != len(seeds):
         raise SweepError(Problem(path="seeds", expected="distinct seeds", found=str(list(seeds))))
-    base = load_spec_or_checkpoint(spec, registry)
+    source = open_source(spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
+    base = source.spec
     variants = make_variants(base, vary, registry, source=str(spec))
-    config = loop.make_config({**(settings or {}), "seed": seeds[0]})
-    dataset = load_dataset(data)
+    config = run_config({**(settings or {}), "seed": seeds[0]})
     for variant in variants:
-        loop.check_lm_head(registry.get("head", variant.spec.head.name, variant.spec.head.distribution),
-                           source=f"{spec} ({variant.label})")
-        dataset.check_fits(variant.spec.model.vocab_size, variant.spec.model.context_length)
+        check_head(variant.spec, registry, source=f"{spec} ({variant.label})")
+    dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
     prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
