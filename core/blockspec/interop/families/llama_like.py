@@ -20,6 +20,7 @@ from typing import Any
 from blockspec.interop.config_reader import ConfigReader, rope
 from blockspec.interop.family import biases, tied_head_copy, windows_of
 from blockspec.interop.weight_map import Rule, same, stacked
+from blockspec.modules.attention import qkv_split_sizes
 from blockspec.spec.schema import ModelSpec
 
 IGNORED = re.compile(r"\.rotary_emb\.inv_freq$")  # a buffer older transformers versions saved
@@ -228,8 +229,7 @@ def norm_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
 
 def attention_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
     m = spec.model
-    kv_width = m.kv_heads * m.head_dim
-    qkv_sizes = (m.n_heads * m.head_dim, kv_width, kv_width)
+    qkv_sizes = qkv_split_sizes(m.n_heads, m.kv_heads, m.head_dim)
     qkv_bias, out_bias, _ = biases(spec)
     found = [stacked(f"{ours}.qkv.weight", [f"{theirs}.{p}_proj.weight" for p in "qkv"], qkv_sizes),
              same(f"{ours}.proj.weight", f"{theirs}.o_proj.weight")]
