@@ -69,7 +69,7 @@ class Expresses:
 
     norm: Literal["rmsnorm", "layernorm"]  # a layernorm has a weight and a bias
     activations: tuple[str, ...]  # "swiglu", "gelu" (any approximation), "geglu-tanh" (that one)
-    biases: BiasPattern  # which of qkv, out and the MLP have biases, and which agree
+    biases: BiasPattern = "none"  # which of qkv, out and the MLP have biases, and which agree
     positional: Literal["rope", "learned"] = "rope"
     blocks: tuple[str, ...] = ("pre",)  # blockspec-blocks layouts
     ffn: Literal["dense", "moe"] = "dense"
