@@ -39,14 +39,15 @@ def kv_heads(default: int | None = None) -> Key:
                write=lambda spec: {"num_key_value_heads": spec.model.kv_heads})
 
 
-def head_dim(default: int | None = None, *, always: bool = True) -> Key:
-    """head_dim: [model] head_dim when the config's differs from hidden_size / num_attention_heads (Qwen3's
-    ``default`` is 128 whatever the width; the others derive it when the key is absent). Written always, or
-    (``always = False``, where the config class lacks the key but its attention reads one) only when given."""
+def head_dim(default: int | None = None, *, always: bool = True, as_given: bool = False) -> Key:
+    """head_dim: [model] head_dim when the config's differs from hidden_size / num_attention_heads, or
+    (``as_given``: Gemma, OLMo 2) whenever it is set (Qwen3's and Gemma's ``default`` hold whatever the width;
+    the others derive it when the key is absent). Written always, or (``always = False``, where the config
+    class lacks the key but its attention reads one) only when given."""
     def read(r: ConfigReader, document: Document, title: str) -> None:
-        model = document["model"]
-        found = r.get("head_dim", int, default)
-        if found is not None and model["d_model"] and model["n_heads"] and found * model["n_heads"] != model["d_model"]:
+        model, found = document["model"], r.get("head_dim", int, default)
+        sized = model["d_model"] and model["n_heads"]
+        if found is not None and (as_given or sized and found * model["n_heads"] != model["d_model"]):
             model["head_dim"] = found
 
     def write(spec: ModelSpec) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def head_dim(default: int | None = None, *, always: bool = True) -> Key:
 def norm_eps(name: str, use: str, default: float) -> Key:
     """The norms' epsilon under ``name``; it also says which norm the family has (``use``)."""
     def read(r: ConfigReader, document: Document, title: str) -> None:
-        document["norm"] = {"use": use, "eps": r.get(name, float, default)}
+        document.setdefault("norm", {}).update(use=use, eps=r.get(name, float, default))  # the frame's options kept
 
     return Key(name=name, read=read, write=lambda spec: {name: spec.norm.config.eps}, expresses={"norm": use})
 
@@ -72,16 +73,16 @@ def tied(default: bool = False) -> Key:
     return mapped("tie_word_embeddings", "head.tied", bool, default)
 
 
-def _silu_gate(r: ConfigReader, document: Document, title: str) -> None:
-    """The gated MLP's activation: act(gate_proj(x)) * up_proj(x) is SwiGLU for silu."""
-    act = r.get("hidden_act", str, "silu")
-    if act not in ("silu", "swish", None):
-        r.problem("hidden_act", f"unsupported activation {act!r}", "blockspec's swiglu gates with silu")
-    document["activation"] = {"use": "swiglu"}
+def silu_gate(hint: str = "blockspec's swiglu gates with silu") -> Key:
+    """The gated MLP's activation: act(gate_proj(x)) * up_proj(x) is SwiGLU for silu; another is refused."""
+    def read(r: ConfigReader, document: Document, title: str) -> None:
+        act = r.get("hidden_act", str, "silu")
+        if act not in ("silu", "swish", None):
+            r.problem("hidden_act", f"unsupported activation {act!r}", hint)
+        document["activation"] = {"use": "swiglu"}
 
-
-SILU_GATE = Key(name="hidden_act", read=_silu_gate, write=lambda spec: {"hidden_act": "silu"},
-                expresses={"activations": ("swiglu",)})
+    return Key(name="hidden_act", read=read, write=lambda spec: {"hidden_act": "silu"},
+               expresses={"activations": ("swiglu",)})
 
 
 def full_rope(r: ConfigReader, title: str) -> dict[str, Any]:
@@ -147,6 +148,15 @@ def _attention_bias(r: ConfigReader, document: Document, title: str) -> None:
         document["attention"].update(qkv_bias=True, out_bias=True)
 
 
+def qk_norms(kind: str) -> Key:
+    """q and k RMS-normalised (``kind``: "head" over each head, "all" over all heads' width) with the norms'
+    eps, read before: no key of their own (Qwen3, OLMo 2)."""
+    def read(r: ConfigReader, document: Document, title: str) -> None:
+        document["attention"].update(qk_norm=kind, qk_norm_eps=document["norm"]["eps"])
+
+    return Key(name="q_norm, k_norm", read=read, expresses={"qk_norm": kind})
+
+
 # one attention_bias for q, k, v and o, and no MLP biases (Qwen3, Gemma, OLMo 2)
 ATTENTION_BIAS_ONLY = Key(name="attention_bias", read=_attention_bias,
                           write=lambda spec: {"attention_bias": biases(spec)[0]},
@@ -158,34 +168,10 @@ BASE = Table(
           mapped("intermediate_size", "model.d_ff", int), mapped("num_hidden_layers", "model.n_layers", int),
           mapped("num_attention_heads", "model.n_heads", int), kv_heads(),
           mapped("max_position_embeddings", "model.context_length", int), head_dim(),
-          mapped("attention_dropout", "model.dropout", float, 0.0), FULL_ROPE, rms_norm_eps(), SILU_GATE, tied()),
+          mapped("attention_dropout", "model.dropout", float, 0.0), FULL_ROPE, rms_norm_eps(), silu_gate(),
+          tied()),
     frame={"model": {"norm_placement": "pre", "bias": False}, "attention": {"use": "causal"}, "head": {"use": "lm"}},
 )
-
-
-# ---------------------------------------------------------------- legacy (gemma_shared)
-
-
-def sizes(r: ConfigReader, name: str, kv_heads: int | None = None) -> dict[str, Any]:
-    """The [model] sizes every Llama-like config.json gives under the same keys; ``kv_heads`` is the config
-    class's num_key_value_heads when the key is absent (None: num_attention_heads)."""
-    n_heads = r.get("num_attention_heads", int)
-    return {
-        "name": name, "vocab_size": r.get("vocab_size", int), "d_model": r.get("hidden_size", int),
-        "context_length": r.get("max_position_embeddings", int), "n_layers": r.get("num_hidden_layers", int),
-        "n_heads": n_heads, "n_kv_heads": r.get("num_key_value_heads", int, kv_heads or n_heads),
-        "d_ff": r.get("intermediate_size", int), "norm_placement": "pre",
-    }
-
-
-def size_keys(spec: ModelSpec) -> dict[str, Any]:
-    """The config.json keys ``sizes`` reads, and the tying, as every Llama-like family writes them."""
-    m = spec.model
-    return {
-        "vocab_size": m.vocab_size, "hidden_size": m.d_model, "intermediate_size": m.d_ff,
-        "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads, "num_key_value_heads": m.kv_heads,
-        "max_position_embeddings": m.context_length, "tie_word_embeddings": spec.head.config.tied,
-    }
 
 
 # ---------------------------------------------------------------- weights

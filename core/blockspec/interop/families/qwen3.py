@@ -7,21 +7,14 @@ Sliding windows are read as Qwen2's (``use_sliding_window``, ``layer_types``, ``
 
 from __future__ import annotations
 
-from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.config_table import Document, Key, table_family
+from blockspec.interop.config_table import table_family
 from blockspec.interop.families import llama_like, qwen2
 
 QWEN3 = "Qwen3ForCausalLM"
 
-
-def _qk_norms(r: ConfigReader, document: Document, title: str) -> None:
-    """q and k are RMS-normalised over each head with the norms' eps (read before): no key of their own."""
-    document["attention"].update(qk_norm="head", qk_norm_eps=document["norm"]["eps"])
-
-
 TABLE = qwen2.TABLE.without("use_mrope").but(
     llama_like.head_dim(128),  # Qwen3Config's default, whatever hidden_size is
-    llama_like.ATTENTION_BIAS_ONLY, Key(name="q_norm, k_norm", read=_qk_norms, expresses={"qk_norm": "head"}),
+    llama_like.ATTENTION_BIAS_ONLY, llama_like.qk_norms("head"),
     frame={"attention": {"use": "causal"}},
 )
 
