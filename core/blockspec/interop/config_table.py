@@ -19,7 +19,7 @@ from typing import Any
 from attrs import field, frozen
 
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Expresses, Family, tied_head_copy
+from blockspec.interop.family import Expresses, Family, same_name, tied_head_copy
 from blockspec.interop.weight_map import Rule
 from blockspec.spec.schema import ModelSpec
 
@@ -63,12 +63,18 @@ def spec_value(spec: ModelSpec, at: str) -> Any:
     return getattr(holder, name)
 
 
-def mapped(name: str, at: str, kind: type, default: Any = REQUIRED, **expresses: Any) -> Key:
-    """A key that is one spec value, read and written as it is (``at``: its spec-dict path)."""
+def mapped(name: str, at: str, kind: type, default: Any = REQUIRED, *, aliases: tuple[str, ...] = (),
+           written_too: tuple[str, ...] = (), **expresses: Any) -> Key:
+    """A key that is one spec value (``at``: its spec-dict path), read under ``name`` or older ``aliases``,
+    and written under ``name`` and ``written_too``."""
     def read(r: ConfigReader, document: Document, title: str) -> None:
-        put(document, at, r.get(name, kind) if default is REQUIRED else r.get(name, kind, default))
+        given = (name, kind) if default is REQUIRED else (name, kind, default)
+        put(document, at, r.get(*given, aliases=aliases))
 
-    return Key(name=name, read=read, write=lambda spec: {name: spec_value(spec, at)}, expresses=expresses)
+    def write(spec: ModelSpec) -> dict[str, Any]:
+        return dict.fromkeys((name, *written_too), spec_value(spec, at))
+
+    return Key(name=name, read=read, write=write, expresses=expresses)
 
 
 def accepted(name: str, written: Callable[[ModelSpec], Any] | None = None) -> Key:
@@ -78,6 +84,35 @@ def accepted(name: str, written: Callable[[ModelSpec], Any] | None = None) -> Ke
         return {} if written is None else {name: written(spec)}
 
     return Key(name=name, read=lambda r, document, title: r.accept(name), write=write)
+
+
+def folded_dropout(name: str) -> Key:
+    """A training-only dropout rate that blockspec folds into its one [model] dropout: read as given (an
+    eval-mode forward does not use it), written as that rate."""
+    return accepted(name, lambda spec: spec.model.dropout)
+
+
+def fixed(name: str, expected: bool, message: str) -> Key:
+    """A switch the family has one way only: another value is refused (``message``), and ``expected`` written."""
+    def read(r: ConfigReader, document: Document, title: str) -> None:
+        value = r.get(name, bool, expected)
+        if value is not None and value != expected:
+            r.problem(name, message, f"expected {str(expected).lower()}")
+
+    return Key(name=name, read=read, write=lambda spec: {name: expected})
+
+
+def norm_eps(name: str, use: str, default: float) -> Key:
+    """The norms' epsilon under ``name``; it also says which norm the family has (``use``)."""
+    def read(r: ConfigReader, document: Document, title: str) -> None:
+        document.setdefault("norm", {}).update(use=use, eps=r.get(name, float, default))  # the frame's options kept
+
+    return Key(name=name, read=read, write=lambda spec: {name: spec.norm.config.eps}, expresses={"norm": use})
+
+
+def tied(default: bool = False) -> Key:
+    """tie_word_embeddings, every transformers config's: the head is the embedding."""
+    return mapped("tie_word_embeddings", "head.tied", bool, default)
 
 
 @frozen(kw_only=True)
@@ -130,12 +165,14 @@ class Table:
 
 def table_family(*, name: str, title: str, architecture: str, model_type: str, table: Table,
                  rules: Callable[[ModelSpec], list[Rule]], layer_index: str,
-                 ignored: Callable[[str, ModelSpec], bool] = tied_head_copy) -> Family:
+                 ignored: Callable[[str, ModelSpec], bool] = tied_head_copy,
+                 normalize_name: Callable[[str], str] = same_name) -> Family:
     """The ``Family`` whose config.json is ``table``: read, written and checked from it."""
     def config_json(spec: ModelSpec) -> dict[str, Any]:
         return {"architectures": [architecture], "model_type": model_type, **table.write(spec)}
 
     return Family(name=name, title=title, architectures={architecture: model_type},
                   spec_dict=lambda r, spec_name: table.read(r, spec_name, title), misfits=table.misfits,
-                  config_json=config_json, rules=rules, layer_index=layer_index, ignored=ignored)
+                  config_json=config_json, rules=rules, layer_index=layer_index, ignored=ignored,
+                  normalize_name=normalize_name)
 

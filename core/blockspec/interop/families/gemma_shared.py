@@ -10,7 +10,7 @@ sit (the block), the activation key, and the attention options, which each famil
 from __future__ import annotations
 
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.config_table import Document, Key
+from blockspec.interop.config_table import Document, Key, tied
 from blockspec.interop.families import llama_like
 
 
@@ -21,7 +21,7 @@ def _refuse_bidirectional(r: ConfigReader, document: Document, title: str) -> No
 
 
 BASE = llama_like.BASE.but(
-    llama_like.ATTENTION_BIAS_ONLY, llama_like.tied(True),
+    llama_like.ATTENTION_BIAS_ONLY, tied(True),
     Key(name="use_bidirectional_attention", read=_refuse_bidirectional),
     frame={"model": {**llama_like.BASE.frame["model"], "embedding_scale": "sqrt_d"}, "norm": {"offset": True}},
     offset=True, embedding_scale=True,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from blockspec.interop.config_reader import ConfigReader, rope, rope_json
-from blockspec.interop.config_table import Document, Key, Read, Table, Write, mapped, put
+from blockspec.interop.config_table import Document, Key, Read, Table, Write, mapped, norm_eps, put, tied
 from blockspec.interop.family import biases, tied_head_copy, windows_of
 from blockspec.interop.weight_map import Rule, same, stacked
 from blockspec.modules.attention import qkv_split_sizes
@@ -57,20 +57,8 @@ def head_dim(default: int | None = None, *, always: bool = True, as_given: bool 
     return Key(name="head_dim", read=read, write=write, expresses={"head_dim": True})
 
 
-def norm_eps(name: str, use: str, default: float) -> Key:
-    """The norms' epsilon under ``name``; it also says which norm the family has (``use``)."""
-    def read(r: ConfigReader, document: Document, title: str) -> None:
-        document.setdefault("norm", {}).update(use=use, eps=r.get(name, float, default))  # the frame's options kept
-
-    return Key(name=name, read=read, write=lambda spec: {name: spec.norm.config.eps}, expresses={"norm": use})
-
-
 def rms_norm_eps(default: float = 1e-6) -> Key:
     return norm_eps("rms_norm_eps", "rmsnorm", default)
-
-
-def tied(default: bool = False) -> Key:
-    return mapped("tie_word_embeddings", "head.tied", bool, default)
 
 
 def silu_gate(hint: str = "blockspec's swiglu gates with silu") -> Key:
@@ -162,14 +150,16 @@ ATTENTION_BIAS_ONLY = Key(name="attention_bias", read=_attention_bias,
                           write=lambda spec: {"attention_bias": biases(spec)[0]},
                           expresses={"biases": "attention_bias_only"})
 
+# The sizes as transformers' configs name them (GPT-NeoX's too), read first: the keys after them may look at them.
+SIZES = (mapped("vocab_size", "model.vocab_size", int), mapped("hidden_size", "model.d_model", int),
+         mapped("intermediate_size", "model.d_ff", int), mapped("num_hidden_layers", "model.n_layers", int),
+         mapped("num_attention_heads", "model.n_heads", int),
+         mapped("max_position_embeddings", "model.context_length", int))
+
 # Every Llama-like config.json's keys, in reading order, for a bias-free pre-norm SwiGLU RMSNorm layer.
 BASE = Table(
-    keys=(mapped("vocab_size", "model.vocab_size", int), mapped("hidden_size", "model.d_model", int),
-          mapped("intermediate_size", "model.d_ff", int), mapped("num_hidden_layers", "model.n_layers", int),
-          mapped("num_attention_heads", "model.n_heads", int), kv_heads(),
-          mapped("max_position_embeddings", "model.context_length", int), head_dim(),
-          mapped("attention_dropout", "model.dropout", float, 0.0), FULL_ROPE, rms_norm_eps(), silu_gate(),
-          tied()),
+    keys=(*SIZES, kv_heads(), head_dim(), mapped("attention_dropout", "model.dropout", float, 0.0), FULL_ROPE,
+          rms_norm_eps(), silu_gate(), tied()),
     frame={"model": {"norm_placement": "pre", "bias": False}, "attention": {"use": "causal"}, "head": {"use": "lm"}},
 )
 

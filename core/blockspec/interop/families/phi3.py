@@ -13,7 +13,7 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope, rope_json
-from blockspec.interop.config_table import Document, accepted, mapped, table_family
+from blockspec.interop.config_table import Document, accepted, folded_dropout, mapped, table_family
 from blockspec.interop.families import llama_like
 from blockspec.interop.families.gpt_neox import check_rotary_width
 from blockspec.interop.weight_map import Rule, same
@@ -68,19 +68,15 @@ def _rope_json(spec: ModelSpec) -> dict[str, Any]:
     return {**keys, "partial_rotary_factor": fraction} if fraction != 1.0 else keys
 
 
-def _dropout(spec: ModelSpec) -> float:
-    return spec.model.dropout
-
-
-TABLE = llama_like.BASE.without("attention_dropout").but(
+TABLE = llama_like.BASE.but(
     llama_like.head_dim(always=False), llama_like.rms_norm_eps(1e-5), llama_like.sliding_window(None),
     llama_like.rope_key(_positional, _rope_json, fraction=True),
     # original_max_position_embeddings: read only by longrope, which _positional refuses
     accepted("original_max_position_embeddings", lambda spec: spec.model.context_length),
     accepted("attention_bias", lambda spec: False),  # Phi3ForCausalLM builds no biases whatever it says
     # embedding and attention dropout: training only, blockspec's one rate is resid_pdrop
-    mapped("resid_pdrop", "model.dropout", float, 0.0), accepted("embd_pdrop", _dropout),
-    accepted("attention_dropout", _dropout),
+    mapped("resid_pdrop", "model.dropout", float, 0.0), folded_dropout("embd_pdrop"),
+    folded_dropout("attention_dropout"),
 )
 
 

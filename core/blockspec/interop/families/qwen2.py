@@ -56,7 +56,8 @@ def _read_windows(r: ConfigReader, document: Document, title: str) -> None:
     if sliding and len(sliding) == len(windows):
         document["attention"]["sliding_window"] = windows[0]
     elif sliding:
-        document["layers"] = [{**_selector(sliding, len(windows)), "attention": {"sliding_window": windows[sliding[0]]}}]
+        rule = {**_selector(sliding, len(windows)), "attention": {"sliding_window": windows[sliding[0]]}}
+        document["layers"] = [rule]
 
 
 def _selector(layers: list[int], n_layers: int) -> dict[str, Any]:

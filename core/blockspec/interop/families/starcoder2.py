@@ -9,27 +9,13 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.config_table import Document, Key, accepted, mapped, table_family
+from blockspec.interop.config_table import Document, Key, folded_dropout, mapped, norm_eps, table_family, tied
 from blockspec.interop.families import llama_like
-from blockspec.interop.families.gpt2 import ACTIVATIONS
+from blockspec.interop.families.gpt2 import activation_key
 from blockspec.interop.weight_map import Rule, same
 
 STARCODER2 = "Starcoder2ForCausalLM"
 CONSTANT = {"mlp_type": "default", "norm_type": "layer_norm"}  # keys Starcoder2ForCausalLM never varies
-
-
-def _activation(r: ConfigReader, document: Document, title: str) -> None:
-    act = r.get("hidden_act", str, "gelu_pytorch_tanh")
-    if act not in ACTIVATIONS and act is not None:
-        r.problem("hidden_act", f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
-    document["activation"] = dict(ACTIVATIONS.get(act, ACTIVATIONS["gelu_pytorch_tanh"]))
-
-
-def _hidden_act(spec: ModelSpec) -> dict[str, Any]:
-    act = spec.activation
-    if act.name != "gelu":
-        return {"hidden_act": act.name}
-    return {"hidden_act": "gelu_pytorch_tanh" if getattr(act.config, "approximate", "none") == "tanh" else "gelu"}
 
 
 def _constants(r: ConfigReader, document: Document, title: str) -> None:
@@ -41,19 +27,15 @@ def _constants(r: ConfigReader, document: Document, title: str) -> None:
             r.problem(key, f"{value!r} is not supported", f"Starcoder2ForCausalLM builds only {expected!r}")
 
 
-def _dropout(spec: ModelSpec) -> float:
-    return spec.model.dropout
-
-
-TABLE = llama_like.BASE.without("rms_norm_eps", "attention_dropout").but(
-    llama_like.tied(True), llama_like.head_dim(always=False),  # not a Starcoder2Config key; its attention reads it
-    Key(name="hidden_act", read=_activation, write=_hidden_act, expresses={"activations": ("gelu", "relu", "silu")}),
-    llama_like.norm_eps("norm_epsilon", "layernorm", 1e-5), Key(name="mlp_type", read=_constants,
-                                                                write=lambda spec: dict(CONSTANT)),
+TABLE = llama_like.BASE.without("rms_norm_eps").but(
+    tied(True), llama_like.head_dim(always=False),  # not a Starcoder2Config key; its attention reads it
+    activation_key("hidden_act", "gelu_pytorch_tanh", tanh_name="gelu_pytorch_tanh"),
+    norm_eps("norm_epsilon", "layernorm", 1e-5),
+    Key(name="mlp_type", read=_constants, write=lambda spec: dict(CONSTANT)),  # norm_type too
     llama_like.sliding_window(None), mapped("use_bias", "model.bias", bool, True, biases="use_bias"),
     # dropout acts in training only, and blockspec has one rate for all of it (residual_dropout)
-    mapped("residual_dropout", "model.dropout", float, 0.0), accepted("attention_dropout", _dropout),
-    accepted("embedding_dropout", _dropout),
+    mapped("residual_dropout", "model.dropout", float, 0.0), folded_dropout("attention_dropout"),
+    folded_dropout("embedding_dropout"),
 )
 
 
