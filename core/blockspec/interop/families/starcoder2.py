@@ -5,8 +5,6 @@ activation -> c_proj, and ``use_bias`` on every linear but the head (the LayerNo
 
 from __future__ import annotations
 
-from typing import Any
-
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
 from blockspec.interop.config_table import Document, Key, folded_dropout, mapped, norm_eps, table_family, tied
