@@ -18,7 +18,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from blockspec.interop.config_reader import ConfigReader
+from blockspec.interop.config_reader import REQUIRED, ConfigReader
 from blockspec.interop.family import Expresses, Family, same_name, tied_head_copy
 from blockspec.interop.weight_map import Rule
 from blockspec.spec.schema import ModelSpec
@@ -26,7 +26,6 @@ from blockspec.spec.schema import ModelSpec
 Document = dict[str, Any]  # the spec dict being read: {"model": {...}, "attention": {...}, ...}
 Read = Callable[[ConfigReader, Document, str], None]  # (reader, document, the family's title)
 Write = Callable[[ModelSpec], dict[str, Any]]  # spec -> the config.json keys it writes
-REQUIRED = object()  # a mapped key without a default: missing is a problem
 
 
 def nothing(spec: ModelSpec) -> dict[str, Any]:
@@ -68,8 +67,7 @@ def mapped(name: str, at: str, kind: type, default: Any = REQUIRED, *, aliases: 
     """A key that is one spec value (``at``: its spec-dict path), read under ``name`` or older ``aliases``,
     and written under ``name`` and ``written_too``."""
     def read(r: ConfigReader, document: Document, title: str) -> None:
-        given = (name, kind) if default is REQUIRED else (name, kind, default)
-        put(document, at, r.get(*given, aliases=aliases))
+        put(document, at, r.get(name, kind, default, aliases=aliases))
 
     def write(spec: ModelSpec) -> dict[str, Any]:
         return dict.fromkeys((name, *written_too), spec_value(spec, at))
