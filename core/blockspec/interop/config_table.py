@@ -12,7 +12,6 @@ applied to config.json.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -139,7 +138,7 @@ class Table:
 
     def read(self, r: ConfigReader, name: str, title: str) -> Document:
         """config.json -> the spec dict, each key read in order into the frame; [[layers]] only when set."""
-        document: Document = copy.deepcopy({table: dict(values) for table, values in self.frame.items()})
+        document: Document = {table: dict(values) for table, values in self.frame.items()}  # flat: a copy each
         document.setdefault("model", {})["name"] = name
         for key in self.keys:
             key.read(r, document, title)

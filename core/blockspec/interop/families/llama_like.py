@@ -166,8 +166,6 @@ BASE = Table(
 
 # ---------------------------------------------------------------- weights
 
-# ---------------------------------------------------------------- weights
-
 SublayerRules = Callable[[ModelSpec, str, str], list[Rule]]  # (spec, ours, theirs) -> one sublayer's rules
 Norms = tuple[tuple[str, str], ...]  # a block's norms, each with its Hugging Face name in the layer
 PRE_NORMS: Norms = (("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"))
