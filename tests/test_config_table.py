@@ -49,3 +49,13 @@ def test_mistral_says_only_how_it_differs_from_the_llama_like_base():
     """Every base key is the base's own object; the window keys come after them."""
     assert all(key is base for key, base in zip(mistral.TABLE.keys, llama_like.BASE.keys, strict=False))
     assert names(mistral.TABLE)[len(llama_like.BASE.keys):] == ["sliding_window", "layer_types"]
+
+
+def test_a_wrongly_typed_activation_is_one_problem_in_every_family_that_shares_the_key():
+    """GPT-2, GPT-NeoX and StarCoder2 read their activation through one key: a number there is refused once."""
+    from .hf_parity import refused
+    from .test_families import EXAMPLES
+
+    for family, key in (("gpt2", "activation_function"), ("gpt_neox", "hidden_act"), ("starcoder2", "hidden_act")):
+        assert refused({**EXAMPLES[family], key: 3}).splitlines() == [
+            f"config.json: $.{key}: expected str, found int 3"]
