@@ -48,19 +48,31 @@ def test_an_interleaved_model_equals_the_half_model_with_permuted_weights(regist
         assert not torch.allclose(interleaved(ids), unpermuted(ids), atol=1e-3)  # the permutation matters
 
 
-
-def test_an_interleaved_model_with_qk_norms_exports_as_the_same_olmo2(registry, tmp_path):
-    """The q_norm/k_norm scales move with the features they scale: an interleaved OLMo 2 exports exactly."""
+def _assert_exports_exactly(model, hf_class: str, tmp_path) -> None:
+    """``model`` exported and loaded by transformers' ``hf_class`` gives its logits."""
     transformers = pytest.importorskip("transformers")
     from blockspec.interop import export_hf
 
+    export_hf(model, tmp_path)
+    hf_model = getattr(transformers, hf_class).from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = torch.arange(20)[None] % model.spec.model.vocab_size
+    with torch.no_grad():
+        expected = model(ids)
+        assert (hf_model(ids).logits - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item())
+
+
+def test_an_interleaved_model_with_qk_norms_exports_as_the_same_olmo2(registry, tmp_path):
+    """The q_norm/k_norm scales move with the features they scale: an interleaved OLMo 2 exports exactly."""
     spec = blockspec.load_spec(SPECS / "olmo-2-1b.toml", registry)
     small = attrs.evolve(spec.model, vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=40, context_length=64)
     interleaved = attrs.evolve(spec.positional, config=attrs.evolve(spec.positional.config, layout="interleaved"))
     model = randomized(blockspec.build(attrs.evolve(spec, model=small, positional=interleaved), registry=registry), 5)
-    export_hf(model, tmp_path)
-    hf_model = transformers.Olmo2ForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    ids = torch.arange(20)[None] % 61
-    with torch.no_grad():
-        expected = model(ids)
-        assert (hf_model(ids).logits - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item())
+    _assert_exports_exactly(model, "Olmo2ForCausalLM", tmp_path)
+
+
+@pytest.mark.parametrize("kv", [1, 4])
+def test_an_interleaved_model_with_its_own_head_dim_exports_as_the_same_llama(registry, tmp_path, kv):
+    """q is n_heads·head_dim wide, not d_model: the export splits qkv where the attention does."""
+    spec = llama_spec(registry, kv=kv, bias=False, layout="interleaved")
+    spec = attrs.evolve(spec, model=attrs.evolve(spec.model, head_dim=12))  # 4 · 12 = 48 != d_model 32
+    _assert_exports_exactly(randomized(blockspec.build(spec, registry=registry), seed=7), "LlamaForCausalLM", tmp_path)

@@ -15,7 +15,7 @@ import attrs
 
 from blockspec.errors import CheckpointError, Problem
 
-_MISSING = object()
+REQUIRED = object()  # the default of a key that must be given: absent is a problem
 
 # Keys every transformers config may carry that do not change what the model computes: bookkeeping,
 # generation defaults (generate's settings, not the model's), token ids and initialisation.
@@ -43,15 +43,15 @@ class ConfigReader:
         self.problems: list[Problem] = []
         self.read: set[str] = set()
 
-    def get(self, key: str, kind: type, default: Any = _MISSING, *, aliases: tuple[str, ...] = ()) -> Any:
+    def get(self, key: str, kind: type, default: Any = REQUIRED, *, aliases: tuple[str, ...] = ()) -> Any:
         self.read.update((key, *aliases))
         for name in (key, *aliases):
             value = self.config.get(name)
             if value is not None:
                 return self._typed(name, value, kind)
-        if default is _MISSING:
+        if default is REQUIRED:
             self.problem(key, "missing required key")
-        return None if default is _MISSING else default
+        return None if default is REQUIRED else default
 
     def table(self, key: str) -> dict[str, Any] | None:
         """A sub-table (``rope_parameters``), or None when absent or null; a non-table is a problem."""

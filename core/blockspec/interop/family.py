@@ -9,9 +9,12 @@ knows the family's config keys, architecture names or weight names:
 - ``spec_dict(reader, name)``: config.json -> a blockspec spec dict, reading every key
   through the ``ConfigReader`` and refusing, with ``reader.problem`` at that key and a
   reason, each one the blockspec model would compute differently;
-- ``misfits(spec)``: why a spec cannot be exported as this family (empty: it can), mostly
+- ``misfits(spec)``: why a spec cannot be exported as this family (empty: it can):
   ``Expresses(...).misfits`` below, given what the family's config.json can say;
-- ``config_json(spec)``: spec -> the architecture keys of config.json;
+- ``config_json(spec)``: spec -> the architecture keys of config.json.
+
+The three come from one table of the family's config keys (``interop.config_table``:
+``table_family``), each key stated once for reading, writing and what it lets the family express;
 - ``rules(spec)``: the weight map (``interop.weight_map.Rule``), used both ways;
 - ``layer_index``: a regex whose group 1 is the layer number of a per-layer tensor name;
 - ``normalize_name(name)``: a stored tensor name -> the canonical name the rules use;
@@ -69,7 +72,7 @@ class Expresses:
 
     norm: Literal["rmsnorm", "layernorm"]  # a layernorm has a weight and a bias
     activations: tuple[str, ...]  # "swiglu", "gelu" (any approximation), "geglu-tanh" (that one)
-    biases: BiasPattern  # which of qkv, out and the MLP have biases, and which agree
+    biases: BiasPattern = "none"  # which of qkv, out and the MLP have biases, and which agree
     positional: Literal["rope", "learned"] = "rope"
     blocks: tuple[str, ...] = ("pre",)  # block layouts: the core's pre, blockspec-blocks' others
     ffn: Literal["dense", "moe"] = "dense"

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import torch
 
+from blockspec.modules.attention import qkv_split_sizes
 from blockspec.spec.schema import ModelConfig
 
 
@@ -28,8 +29,8 @@ def permute_heads(rows: torch.Tensor, n_heads: int, perm: torch.Tensor) -> torch
 
 def permute_qkv(qkv: torch.Tensor, cfg: ModelConfig, perm: torch.Tensor) -> torch.Tensor:
     """The fused q|k|v rows with q's and k's head features permuted; v untouched."""
-    kv_width = cfg.kv_heads * cfg.head_dim
-    q, k, v = qkv.split([cfg.d_model, kv_width, kv_width], dim=0)
+    sizes = qkv_split_sizes(cfg.n_heads, cfg.kv_heads, cfg.head_dim)
+    q, k, v = qkv.split(list(sizes), dim=0)  # (h·hs, ...), (kv·hs, ...), (kv·hs, ...)
     return torch.cat([permute_heads(q, cfg.n_heads, perm), permute_heads(k, cfg.kv_heads, perm), v], dim=0)
 
 

@@ -13,6 +13,13 @@ from blockspec.modules.positional import PositionalEncoding
 from blockspec.modules.taps import tap, tapping
 
 
+def qkv_split_sizes(n_heads: int, n_kv_heads: int, head_dim: int) -> tuple[int, int, int]:
+    """The widths of q, k and v in the fused qkv projection's output, in that order: the one place
+    they are computed, so the attention, the weight maps and the RoPE layout split at the same rows."""
+    kv_width = n_kv_heads * head_dim
+    return n_heads * head_dim, kv_width, kv_width
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention; no loop over heads.
 
@@ -65,8 +72,8 @@ class CausalSelfAttention(nn.Module):
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim
-        width, kv_width = n_heads * self.head_dim, n_kv_heads * self.head_dim
-        self.split_sizes = (width, kv_width, kv_width)
+        self.split_sizes = qkv_split_sizes(n_heads, n_kv_heads, self.head_dim)
+        width, kv_width = self.split_sizes[:2]
         self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias if qkv_bias is None else qkv_bias)
         self.proj = nn.Linear(width, d_model, bias=bias if out_bias is None else out_bias)
         self.dropout = dropout

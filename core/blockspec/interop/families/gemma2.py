@@ -1,4 +1,4 @@
-"""Gemma 2 (Gemma2ForCausalLM): config.json keys, export checks and weight names.
+"""Gemma 2 (Gemma2ForCausalLM): the Gemma keys (``gemma_shared.BASE``) and its own, and weight names.
 
 Gemma's (1 + w) RMSNorm, sqrt(d) embedding scale and GeGLU, with four norms per layer (blockspec's
 "sandwich" block: input, post-attention, pre-feedforward and post-feedforward norms), attention
@@ -19,9 +19,9 @@ from typing import Any
 
 from blockspec.spec.schema import MAX_LAYERS, ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Expresses, Family, windows_of
-from blockspec.interop.families import gemma_shared as shared
-from blockspec.interop.families import llama_like
+from blockspec.interop.config_table import Document, Key, accepted, table_family
+from blockspec.interop.family import windows_of
+from blockspec.interop.families import gemma_shared, llama_like
 from blockspec.interop.weight_map import Rule
 
 ARCHITECTURE = "Gemma2ForCausalLM"
@@ -29,63 +29,63 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 ACTIVATIONS = {  # hidden_activation -> blockspec's GeGLU approximation
     "gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu_fast": "tanh", "gelu": "none",
 }
-EXPRESSES = Expresses(norm="rmsnorm", activations=("geglu-tanh", "geglu-none"), biases="attention_bias_only",
-                      blocks=("sandwich",), windows="per_layer", head_dim=True, offset=True, embedding_scale=True,
-                      attention_softcap=True, query_scale=True, head_softcap=True)
 NORMS = (("norm1", "input_layernorm"), ("post_attn_norm", "post_attention_layernorm"),
          ("norm2", "pre_feedforward_layernorm"), ("post_ffn_norm", "post_feedforward_layernorm"))
 
 
-# ---------------------------------------------------------------- config.json -> spec
+# ---------------------------------------------------------------- attention, activation, head
 
 
-def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
-    shared.refuse_bidirectional(r)
-    # transformers reads hidden_activation for Gemma 2; hidden_act, which released configs carry too, never;
-    # cache_implementation picks generate's cache class; sliding_window_size, in some released configs, no
-    # transformers release reads (the window is sliding_window)
-    r.accept("hidden_act", "cache_implementation", "sliding_window_size")
-    model = shared.model_table(r, name, head_dim=256, kv_heads=4)  # Gemma2Config's defaults
-    attention = _attention(r)
-    window, layers = _windows(r, model.get("n_layers"), attention)
-    return {
-        "model": {**model, "embedding_scale": "sqrt_d"}, "block": {"use": "sandwich"},
-        "positional": llama_like.full_rope(r, "Gemma 2"),
-        "norm": {"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-6), "offset": True},
-        "activation": {"use": "geglu", "approximate": _approximate(r)},
-        "head": _head(r), "attention": {**attention, **_window(window)}, **({"layers": layers} if layers else {}),
-    }
-
-
-def _attention(r: ConfigReader) -> dict[str, Any]:
-    """[attention] without its window: the logit softcap and the query scale."""
+def _attention(r: ConfigReader, document: Document, title: str) -> None:
+    """[attention]'s logit softcap and query scale (attn_logit_softcapping, query_pre_attn_scalar)."""
     scalar = r.get("query_pre_attn_scalar", float, 256.0)
     if scalar is not None and scalar <= 0:
         r.problem("query_pre_attn_scalar", f"expected a number > 0, found {scalar}")
         scalar = None
     options = {"logit_softcap": llama_like.nullable(r, "attn_logit_softcapping", float, 50.0),
                "query_scale": scalar**-0.5 if scalar else None}
-    return shared.attention_table(r, **{k: v for k, v in options.items() if v is not None})
+    document["attention"].update({k: v for k, v in options.items() if v is not None})
 
 
-def _approximate(r: ConfigReader) -> str:
+def _attention_json(spec: ModelSpec) -> dict[str, Any]:
+    scale = spec.attention.config.query_scale
+    return {"query_pre_attn_scalar": spec.model.head_dim if scale is None else round(scale**-2),
+            "attn_logit_softcapping": spec.attention.config.logit_softcap}
+
+
+def _scale_misfits(spec: ModelSpec) -> list[str]:
+    scale = getattr(spec.attention.config, "query_scale", None)
+    if scale is not None and abs(scale**-2 - round(scale**-2)) > 1e-6 * scale**-2:
+        return [f"[attention] query_scale = {scale}: the family's is query_pre_attn_scalar^-1/2 for an integer "
+                "query_pre_attn_scalar"]
+    return []
+
+
+def _approximate(r: ConfigReader, document: Document, title: str) -> None:
     act = r.get("hidden_activation", str, "gelu_pytorch_tanh")
     if act not in ACTIVATIONS and act is not None:
         r.problem("hidden_activation", f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS.get(act, "tanh")
+    document["activation"] = {"use": "geglu", "approximate": ACTIVATIONS.get(act, "tanh")}
 
 
-def _head(r: ConfigReader) -> dict[str, Any]:
-    head = {"use": "lm", "tied": r.get("tie_word_embeddings", bool, True)}
+def _activation_json(spec: ModelSpec) -> dict[str, Any]:
+    return {"hidden_activation": "gelu_pytorch_tanh" if spec.activation.config.approximate == "tanh" else "gelu"}
+
+
+def _head(r: ConfigReader, document: Document, title: str) -> None:
     cap = llama_like.nullable(r, "final_logit_softcapping", float, 30.0)
-    return head if cap is None else {**head, "logit_softcap": cap}
-
-
-def _window(window: int | None) -> dict[str, Any]:
-    return {} if window is None else {"sliding_window": window}
+    if cap is not None:
+        document["head"]["logit_softcap"] = cap
 
 
 # ---------------------------------------------------------------- sliding windows -> [[layers]]
+
+
+def _read_windows(r: ConfigReader, document: Document, title: str) -> None:
+    """The model-wide window in [attention], and [[layers]] rules for the layers whose window differs."""
+    window, layers = _windows(r, document["model"]["n_layers"], document["attention"])
+    document["attention"].update({} if window is None else {"sliding_window": window})
+    document.update({"layers": layers} if layers else {})
 
 
 def _windows(r: ConfigReader, n_layers: int | None, attention: dict[str, Any]) -> tuple[int | None, list[dict]]:
@@ -128,31 +128,31 @@ def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
     return [window if kind == SLIDING else None for kind in types]
 
 
-# ---------------------------------------------------------------- spec -> config.json
+def _windows_json(spec: ModelSpec) -> dict[str, Any]:
+    windows = windows_of(spec)
+    # transformers builds the sliding mask even when no layer slides, and fails without a window
+    return {"sliding_window": next((w for w in windows if w is not None), spec.model.context_length),
+            "layer_types": [FULL if w is None else SLIDING for w in windows]}
 
 
-def misfits(spec: ModelSpec) -> list[str]:
-    problems = EXPRESSES.misfits(spec)
-    scale = getattr(spec.attention.config, "query_scale", None)
-    if scale is not None and abs(scale**-2 - round(scale**-2)) > 1e-6 * scale**-2:
-        problems.append(f"[attention] query_scale = {scale}: the family's is query_pre_attn_scalar^-1/2 for an "
-                        "integer query_pre_attn_scalar")
-    return problems
+# ---------------------------------------------------------------- the table
 
-
-def config_json(spec: ModelSpec) -> dict[str, Any]:
-    windows, attention = windows_of(spec), spec.attention.config
-    scale = attention.query_scale
-    return {
-        "architectures": [ARCHITECTURE], "model_type": "gemma2", **shared.config_keys(spec),
-        "hidden_activation": "gelu_pytorch_tanh" if spec.activation.config.approximate == "tanh" else "gelu",
-        "query_pre_attn_scalar": spec.model.head_dim if scale is None else round(scale**-2),
-        "attn_logit_softcapping": attention.logit_softcap,
-        "final_logit_softcapping": spec.head.config.logit_softcap,
-        # transformers builds the sliding mask even when no layer slides, and fails without a window
-        "sliding_window": next((w for w in windows if w is not None), spec.model.context_length),
-        "layer_types": [FULL if w is None else SLIDING for w in windows],
-    }
+TABLE = gemma_shared.BASE.but(
+    llama_like.kv_heads(4), llama_like.head_dim(256, as_given=True),  # Gemma2Config's defaults
+    # transformers reads hidden_activation for Gemma 2; hidden_act, which released configs carry too, never
+    accepted("hidden_act"),
+    Key(name="hidden_activation", read=_approximate, write=_activation_json,
+        expresses={"activations": ("geglu-tanh", "geglu-none")}),
+    Key(name="query_pre_attn_scalar", read=_attention, write=_attention_json, misfits=_scale_misfits,
+        expresses={"attention_softcap": True, "query_scale": True}),  # attn_logit_softcapping too
+    Key(name="final_logit_softcapping", read=_head, expresses={"head_softcap": True},
+        write=lambda spec: {"final_logit_softcapping": spec.head.config.logit_softcap}),
+    Key(name="sliding_window", read=_read_windows, write=_windows_json, expresses={"windows": "per_layer"}),
+    # cache_implementation picks generate's cache class; sliding_window_size, in some released configs, no
+    # transformers release reads (the window is sliding_window)
+    accepted("cache_implementation"), accepted("sliding_window_size"),
+    frame={"block": {"use": "sandwich"}}, blocks=("sandwich",),
+)
 
 
 # ---------------------------------------------------------------- weights
@@ -162,7 +162,5 @@ def rules(spec: ModelSpec) -> list[Rule]:
     return llama_like.rules(spec, NORMS)
 
 
-FAMILY = Family(
-    name="gemma2", title="Gemma 2", architectures={ARCHITECTURE: "gemma2"}, spec_dict=spec_dict, misfits=misfits,
-    config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored,
-)
+FAMILY = table_family(name="gemma2", title="Gemma 2", architecture=ARCHITECTURE, model_type="gemma2", table=TABLE,
+                      rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored)

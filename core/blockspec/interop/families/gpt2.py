@@ -1,4 +1,4 @@
-"""GPT-2 (GPT2LMHeadModel): config.json keys, export checks and weight names.
+"""GPT-2 (GPT2LMHeadModel): its config.json keys (one table, ``TABLE``) and weight names.
 
 Hugging Face keeps GPT-2's original Conv1D layers, whose weights are stored (in, out): the
 transpose of a Linear. c_attn is already one fused (d, 3d) q|k|v matrix, as blockspec's qkv.
@@ -11,7 +11,9 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader
-from blockspec.interop.family import Expresses, Family, tied_head_copy
+from blockspec.interop.config_table import (Document, Key, Table, accepted, fixed, folded_dropout, mapped, norm_eps,
+                                            table_family, tied)
+from blockspec.interop.family import tied_head_copy
 from blockspec.interop.weight_map import Rule, same
 
 ARCHITECTURE = "GPT2LMHeadModel"
@@ -29,67 +31,56 @@ ACTIVATIONS = {  # activation_function -> blockspec activation table
 }
 
 
-# ---------------------------------------------------------------- config.json -> spec
+# ---------------------------------------------------------------- the table
 
 
-def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
-    d_model = r.get("n_embd", int, aliases=("hidden_size",))
-    activation = r.get("activation_function", str, "gelu_new")
-    if activation not in ACTIVATIONS and activation is not None:
-        r.problem("activation_function", f"unsupported activation {activation!r}",
-                  f"supported: {', '.join(ACTIVATIONS)}")
-    _refusals(r)
+def activation_key(name: str, default: str, tanh_name: str = "gelu_new") -> Key:
+    """The activation of a non-gated MLP from ACTIVATIONS (GPT-2's activation_function, GPT-NeoX's and
+    StarCoder2's hidden_act), written back as ``tanh_name`` for the tanh GELU."""
+    def read(r: ConfigReader, document: Document, title: str) -> None:
+        act = r.get(name, str, default)
+        if act not in ACTIVATIONS and act is not None:
+            r.problem(name, f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
+        document["activation"] = dict(ACTIVATIONS.get(act, ACTIVATIONS[default]))
+
+    def write(spec: ModelSpec) -> dict[str, Any]:
+        act = spec.activation
+        tanh = getattr(act.config, "approximate", "none") == "tanh"
+        return {name: act.name if act.name != "gelu" else tanh_name if tanh else "gelu"}
+
+    return Key(name=name, read=read, write=write, expresses={"activations": ("gelu", "relu", "silu")})
+
+
+def _d_ff(r: ConfigReader, document: Document, title: str) -> None:
+    """n_inner; absent: 4 · n_embd, as GPT2MLP builds it."""
     d_ff = r.get("n_inner", int, None)
-    model = {
-        "name": name, "vocab_size": r.get("vocab_size", int), "d_model": d_model,
-        "context_length": r.get("n_positions", int, aliases=("n_ctx", "max_position_embeddings")),
-        "n_layers": r.get("n_layer", int, aliases=("num_hidden_layers",)),
-        "n_heads": r.get("n_head", int, aliases=("num_attention_heads",)),
-        "d_ff": d_ff if d_ff is not None else 4 * (d_model or 0), "bias": True, "norm_placement": "pre",
-        "dropout": r.get("resid_pdrop", float, 0.1),  # transformers' default
-    }
-    return {
-        "model": model, "positional": {"use": "learned"},
-        "norm": {"use": "layernorm", "eps": r.get("layer_norm_epsilon", float, 1e-5)},
-        "activation": dict(ACTIVATIONS.get(activation, {"use": "gelu"})),
-        "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, True)},
-        "attention": {"use": "causal"},
-    }
+    document["model"]["d_ff"] = d_ff if d_ff is not None else 4 * (document["model"]["d_model"] or 0)
 
 
-def _refusals(r: ConfigReader) -> None:
-    # the sequence-summary head of GPT2DoubleHeadsModel, never built for GPT2LMHeadModel; embedding and attention
-    # dropout, which blockspec folds into one rate (resid_pdrop): neither changes an eval-mode forward;
-    # reorder_and_upcast_attn changes only how float16 scores are rounded
-    r.accept("summary_activation", "summary_first_dropout", "summary_proj_to_labels", "summary_type",
-             "summary_use_proj", "embd_pdrop", "attn_pdrop", "reorder_and_upcast_attn")
-    if r.get("scale_attn_weights", bool, True) is False:
-        r.problem("scale_attn_weights", "unscaled attention scores are not supported", "expected true")
-    if r.get("scale_attn_by_inverse_layer_idx", bool, False):
-        r.problem("scale_attn_by_inverse_layer_idx", "per-layer score scaling is not supported", "expected false")
-    if r.get("add_cross_attention", bool, False):
-        r.problem("add_cross_attention", "cross-attention is not supported", "expected false")
-
-
-# ---------------------------------------------------------------- spec -> config.json
-
-
-EXPRESSES = Expresses(positional="learned", norm="layernorm", activations=("gelu", "relu", "silu"), biases="all",
-                      grouped_kv=False)
-
-
-def config_json(spec: ModelSpec) -> dict[str, Any]:
-    m, act = spec.model, spec.activation
-    function = {"relu": "relu", "silu": "silu"}.get(act.name) or (
-        "gelu_new" if getattr(act.config, "approximate", "none") == "tanh" else "gelu")
-    return {
-        "architectures": [ARCHITECTURE], "model_type": "gpt2", "vocab_size": m.vocab_size,
-        "n_positions": m.context_length, "n_ctx": m.context_length, "n_embd": m.d_model, "n_layer": m.n_layers,
-        "n_head": m.n_heads, "n_inner": m.d_ff, "activation_function": function,
-        "layer_norm_epsilon": spec.norm.config.eps, "resid_pdrop": m.dropout, "embd_pdrop": m.dropout,
-        "attn_pdrop": m.dropout, "tie_word_embeddings": spec.head.config.tied, "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False,
-    }
+TABLE = Table(
+    keys=(mapped("n_embd", "model.d_model", int, aliases=("hidden_size",)),
+          activation_key("activation_function", "gelu_new"),
+          # the sequence-summary head of GPT2DoubleHeadsModel, never built for GPT2LMHeadModel
+          accepted("summary_activation"), accepted("summary_first_dropout"), accepted("summary_proj_to_labels"),
+          accepted("summary_type"), accepted("summary_use_proj"),
+          # embedding and attention dropout, which blockspec folds into one rate (resid_pdrop): neither changes an
+          # eval-mode forward; reorder_and_upcast_attn changes only how float16 scores are rounded
+          folded_dropout("embd_pdrop"), folded_dropout("attn_pdrop"), accepted("reorder_and_upcast_attn"),
+          fixed("scale_attn_weights", True, "unscaled attention scores are not supported"),
+          fixed("scale_attn_by_inverse_layer_idx", False, "per-layer score scaling is not supported"),
+          fixed("add_cross_attention", False, "cross-attention is not supported"),
+          Key(name="n_inner", read=_d_ff, write=lambda spec: {"n_inner": spec.model.d_ff}),
+          mapped("vocab_size", "model.vocab_size", int),
+          mapped("n_positions", "model.context_length", int, aliases=("n_ctx", "max_position_embeddings"),
+                 written_too=("n_ctx",)),
+          mapped("n_layer", "model.n_layers", int, aliases=("num_hidden_layers",)),
+          mapped("n_head", "model.n_heads", int, aliases=("num_attention_heads",)),
+          mapped("resid_pdrop", "model.dropout", float, 0.1),  # transformers' default
+          norm_eps("layer_norm_epsilon", "layernorm", 1e-5), tied(True)),
+    frame={"model": {"bias": True, "norm_placement": "pre"}, "positional": {"use": "learned"},
+           "attention": {"use": "causal"}, "head": {"use": "lm"}},
+    has={"positional": "learned", "biases": "all", "grouped_kv": False},
+)
 
 
 # ---------------------------------------------------------------- weights
@@ -137,8 +128,5 @@ def ignored(name: str, spec: ModelSpec) -> bool:
     return bool(IGNORED.search(name)) or tied_head_copy(name, spec)
 
 
-FAMILY = Family(
-    name="gpt2", title="GPT-2", architectures={ARCHITECTURE: "gpt2"}, spec_dict=spec_dict,
-    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX,
-    normalize_name=normalize_name, ignored=ignored,
-)
+FAMILY = table_family(name="gpt2", title="GPT-2", architecture=ARCHITECTURE, model_type="gpt2", table=TABLE,
+                      rules=rules, layer_index=LAYER_INDEX, ignored=ignored, normalize_name=normalize_name)

@@ -1,4 +1,4 @@
-"""GPT-NeoX and Pythia (GPTNeoXForCausalLM): config.json keys, export checks and weight names.
+"""GPT-NeoX and Pythia (GPTNeoXForCausalLM): its config.json keys (one table, ``TABLE``) and weight names.
 
 GPT-NeoX fuses q, k and v into one ``query_key_value`` matrix like blockspec's qkv, but per head:
 its rows are (heads, 3, head_dim) where blockspec's are (3, heads, head_dim), so the rule regroups
@@ -17,8 +17,11 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope, rope_json
-from blockspec.interop.families.gpt2 import ACTIVATIONS
-from blockspec.interop.family import Expresses, Family, biases
+from blockspec.interop.config_table import (Document, Key, Table, accepted, folded_dropout, mapped, norm_eps,
+                                            table_family, tied)
+from blockspec.interop.families import llama_like
+from blockspec.interop.families.gpt2 import activation_key
+from blockspec.interop.family import biases
 from blockspec.interop.weight_map import Rule, regrouped, same
 
 ARCHITECTURE = "GPTNeoXForCausalLM"
@@ -29,52 +32,25 @@ LAYER_INDEX = r"^gpt_neox\.layers\.(\d+)\."
 DEFAULT_BASE, DEFAULT_FRACTION = 10000.0, 0.25  # transformers' GPT-NeoX defaults (rotary_emb_base, rotary_pct)
 
 
-# ---------------------------------------------------------------- config.json -> spec
+# ---------------------------------------------------------------- the table
 
 
-def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
-    d_model, n_heads = r.get("hidden_size", int), r.get("num_attention_heads", int)
-    head_dim = d_model // n_heads if d_model and n_heads else None
-    # attention dropout: training only, blockspec's one rate is hidden_dropout; classifier_dropout: the
-    # sequence-classification head's, never built for GPTNeoXForCausalLM
-    r.accept("attention_dropout", "classifier_dropout")
-    model = {
-        "name": name, "vocab_size": r.get("vocab_size", int), "d_model": d_model,
-        "context_length": r.get("max_position_embeddings", int), "n_layers": r.get("num_hidden_layers", int),
-        "n_heads": n_heads, "d_ff": r.get("intermediate_size", int), "bias": True, "norm_placement": "pre",
-        "dropout": r.get("hidden_dropout", float, 0.0),
-    }
-    document = {
-        "model": model, "positional": _positional(r, head_dim),
-        "norm": {"use": "layernorm", "eps": r.get("layer_norm_eps", float, 1e-5)},
-        "activation": _activation(r), "attention": _attention(r),
-        "head": {"use": "lm", "tied": r.get("tie_word_embeddings", bool, False)},
-    }
+def _attention_bias(r: ConfigReader, document: Document, title: str) -> None:
+    """attention_bias (transformers >= 4.45) switches the qkv and output biases off; the MLP keeps its."""
+    if not r.get("attention_bias", bool, True):
+        document["attention"].update(qkv_bias=False, out_bias=False)
+
+
+def _parallel(r: ConfigReader, document: Document, title: str) -> None:
     if r.get("use_parallel_residual", bool, True):
         document["block"] = {"use": "parallel"}  # x + attn(norm1(x)) + ffn(norm2(x))
-    return document
 
 
-def _activation(r: ConfigReader) -> dict[str, Any]:
-    act = r.get("hidden_act", str, "gelu")
-    if act not in ACTIVATIONS:
-        r.problem("hidden_act", f"unsupported activation {act!r}", f"supported: {', '.join(ACTIVATIONS)}")
-        return {"use": "gelu"}
-    return dict(ACTIVATIONS[act])
-
-
-def _attention(r: ConfigReader) -> dict[str, Any]:
-    """attention_bias (transformers >= 4.45) switches the qkv and output biases off; the MLP keeps its."""
-    if r.get("attention_bias", bool, True):
-        return {"use": "causal"}
-    return {"use": "causal", "qkv_bias": False, "out_bias": False}
-
-
-def _positional(r: ConfigReader, head_dim: int | None) -> dict[str, Any]:
+def _positional(r: ConfigReader, document: Document, title: str) -> None:
     """rope(r) reads rope_parameters (and any scaling); where that table lacks the base or the rotated
     fraction, GPT-NeoX takes rotary_emb_base and rotary_pct, else 10000 and 0.25, never the top-level
     rope_theta or partial_rotary_factor (transformers ignores those for GPT-NeoX: refused if they differ)."""
-    positional = rope(r)
+    positional = document["positional"] = rope(r)
     table = _rope_table(r)
     if table.get("rope_theta") is None:  # rope(r) took a top-level rope_theta as the base: GPT-NeoX does not
         positional["base"] = r.get("rotary_emb_base", float, DEFAULT_BASE)
@@ -88,10 +64,11 @@ def _positional(r: ConfigReader, head_dim: int | None) -> dict[str, Any]:
     else:
         _same_as(r, "rotary_pct", positional.get("fraction", 1.0), fraction_key)
     _same_as(r, "partial_rotary_factor", positional.get("fraction", 1.0), "the rotated fraction GPT-NeoX uses")
+    model = document["model"]
+    head_dim = model["d_model"] // model["n_heads"] if model["d_model"] and model["n_heads"] else None
     check_rotary_width(r, fraction_key, head_dim, positional.get("fraction", 1.0))
     if positional.get("fraction") == 1.0:
         del positional["fraction"]
-    return positional
 
 
 def _rope_table(r: ConfigReader) -> dict[str, Any]:
@@ -118,29 +95,31 @@ def check_rotary_width(r: ConfigReader, key: str, head_dim: int | None, fraction
                   "blockspec's rope turns feature pairs: expected an even number, at least 2")
 
 
-# ---------------------------------------------------------------- spec -> config.json
-
-
-EXPRESSES = Expresses(norm="layernorm", activations=("gelu", "relu", "silu"), biases="attention_bias_and_mlp",
-                      blocks=("parallel", "pre"), grouped_kv=False, fraction=True)
-
-
-def config_json(spec: ModelSpec) -> dict[str, Any]:
-    m, positional, act = spec.model, spec.positional.config, spec.activation
+def _rope_json(spec: ModelSpec) -> dict[str, Any]:
+    """rotary_emb_base and rotary_pct (older configs'), and rope_parameters with its rotated fraction always
+    (transformers' default is 0.25, not 1)."""
+    positional = spec.positional.config
     fraction = getattr(positional, "fraction", 1.0)
     rope_keys = rope_json(positional)
-    rope_keys["rope_parameters"]["partial_rotary_factor"] = fraction  # transformers' default is 0.25, not 1
-    function = {"relu": "relu", "silu": "silu"}.get(act.name) or (
-        "gelu_new" if getattr(act.config, "approximate", "none") == "tanh" else "gelu")
-    return {
-        "architectures": [ARCHITECTURE], "model_type": "gpt_neox", "vocab_size": m.vocab_size,
-        "hidden_size": m.d_model, "num_hidden_layers": m.n_layers, "num_attention_heads": m.n_heads,
-        "intermediate_size": m.d_ff, "hidden_act": function, "max_position_embeddings": m.context_length,
-        "layer_norm_eps": spec.norm.config.eps, "use_parallel_residual": spec.block.name == "parallel",
-        "attention_bias": biases(spec)[0], "hidden_dropout": m.dropout, "attention_dropout": m.dropout,
-        "rotary_emb_base": positional.base, "rotary_pct": fraction, **rope_keys,
-        "tie_word_embeddings": spec.head.config.tied,
-    }
+    rope_keys["rope_parameters"]["partial_rotary_factor"] = fraction
+    return {"rotary_emb_base": positional.base, "rotary_pct": fraction, **rope_keys}
+
+
+TABLE = Table(
+    keys=(*llama_like.SIZES, mapped("hidden_dropout", "model.dropout", float, 0.0),
+          # attention dropout: training only, blockspec's one rate is hidden_dropout; classifier_dropout: the
+          # sequence-classification head's, never built for GPTNeoXForCausalLM
+          folded_dropout("attention_dropout"), accepted("classifier_dropout"),
+          llama_like.rope_key(_positional, _rope_json, fraction=True),  # rotary_emb_base, rotary_pct too
+          norm_eps("layer_norm_eps", "layernorm", 1e-5), activation_key("hidden_act", "gelu"),
+          Key(name="attention_bias", read=_attention_bias, write=lambda spec: {"attention_bias": biases(spec)[0]},
+              expresses={"biases": "attention_bias_and_mlp"}),
+          tied(),
+          Key(name="use_parallel_residual", read=_parallel, expresses={"blocks": ("parallel", "pre")},
+              write=lambda spec: {"use_parallel_residual": spec.block.name == "parallel"})),
+    frame={"model": {"bias": True, "norm_placement": "pre"}, "attention": {"use": "causal"}, "head": {"use": "lm"}},
+    has={"grouped_kv": False},
+)
 
 
 # ---------------------------------------------------------------- weights
@@ -185,8 +164,5 @@ def ignored(name: str, spec: ModelSpec) -> bool:
     return bool(IGNORED.search(name)) or (name == HEAD and spec.head.config.tied)
 
 
-FAMILY = Family(
-    name="gpt_neox", title="GPT-NeoX", architectures={ARCHITECTURE: "gpt_neox"}, spec_dict=spec_dict,
-    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=LAYER_INDEX,
-    normalize_name=normalize_name, ignored=ignored,
-)
+FAMILY = table_family(name="gpt_neox", title="GPT-NeoX", architecture=ARCHITECTURE, model_type="gpt_neox",
+                      table=TABLE, rules=rules, layer_index=LAYER_INDEX, ignored=ignored, normalize_name=normalize_name)

@@ -10,70 +10,37 @@ as transformers 5 still saves them; it fuses them only in memory); blockspec sta
 
 from __future__ import annotations
 
-from typing import Any
-
 from blockspec.spec.schema import ModelSpec
-from blockspec.interop.config_reader import ConfigReader, rope, rope_json
+from blockspec.interop.config_reader import ConfigReader, rope
+from blockspec.interop.config_table import Document, Key, mapped, table_family
 from blockspec.interop.families import llama_like
-from blockspec.interop.family import Expresses, Family
 from blockspec.interop.weight_map import Rule, per_expert, same
 
 ARCHITECTURE = "MixtralForCausalLM"
 DEFAULT_BASE = 1e6  # MixtralConfig's rope_theta when config.json gives none
 
 
-# ---------------------------------------------------------------- config.json -> spec
-
-
-def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
-    model = llama_like.sizes(r, name)
-    model.update(bias=False, dropout=r.get("attention_dropout", float, 0.0))
-    llama_like.read_head_dim(r, model)
-    document = llama_like.document(
-        model, positional=_positional(r), norm={"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-5)},
-        activation=llama_like.silu_gate(r), tied=r.get("tie_word_embeddings", bool, False),
-        attention=llama_like.window_attention(llama_like.window_key(r, None)),
-    )
-    return {**document, "ffn": _moe(r)}
-
-
-def _moe(r: ConfigReader) -> dict[str, Any]:
-    """The [ffn] table; router_jitter_noise, multiplicative noise on the router's input while training, has no
-    blockspec counterpart: refused unless 0, so that fine-tuning the import trains what the original would."""
+def _refuse_jitter(r: ConfigReader, document: Document, title: str) -> None:
+    """router_jitter_noise, multiplicative noise on the router's input while training, has no blockspec
+    counterpart: refused unless 0, so that fine-tuning the import trains what the original would."""
     jitter = r.get("router_jitter_noise", float, 0.0)
     if jitter:
         r.problem("router_jitter_noise", f"router jitter ({jitter}) is not supported",
                   "blockspec-moe adds no noise while training; set it to 0.0 (eval logits do not depend on it)")
-    # router_aux_loss_coef weighs the load-balancing loss in training only; transformers adds it only with
-    # output_router_logits and over all layers at once, blockspec-moe per layer, summed
-    return {"use": "moe", "n_experts": r.get("num_local_experts", int, 8),
-            "top_k": r.get("num_experts_per_tok", int, 2), "renormalize": True,
-            "aux_loss_coef": r.get("router_aux_loss_coef", float, 0.001)}
 
 
-def _positional(r: ConfigReader) -> dict[str, Any]:
+def _positional(r: ConfigReader, document: Document, title: str) -> None:
     positional = rope(r)
     parameters = r.config.get("rope_parameters")
     in_table = isinstance(parameters, dict) and parameters.get("rope_theta") is not None
     if not in_table and r.config.get("rope_theta") is None:
         positional["base"] = DEFAULT_BASE
     llama_like.top_level_fraction(r, positional.get("fraction", 1.0))
-    return llama_like.refuse_fraction(r, positional, "Mixtral")
-
-
-# ---------------------------------------------------------------- spec -> config.json
-
-
-EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="none", ffn="moe", windows="all",
-                      head_dim=True)
-
-
-def misfits(spec: ModelSpec) -> list[str]:
-    """Llama-like (with a sliding window and head_dim), and blockspec-moe's ffn as Mixtral routes."""
-    return EXPRESSES.misfits(spec) + _routing_misfits(spec)
+    document["positional"] = llama_like.refuse_fraction(r, positional, title)
 
 
 def _routing_misfits(spec: ModelSpec) -> list[str]:
+    """blockspec-moe's ffn as Mixtral routes: renormalised top-k, routed experts of intermediate_size only."""
     ffn = spec.ffn
     if ffn.name != "moe" or ffn.distribution not in (None, "blockspec-moe"):
         return []  # the ffn itself is the misfit
@@ -84,15 +51,18 @@ def _routing_misfits(spec: ModelSpec) -> list[str]:
             "the top-k weights and has only routed experts of intermediate_size"]
 
 
-def config_json(spec: ModelSpec) -> dict[str, Any]:
-    moe = spec.ffn.config
-    return {
-        "architectures": [ARCHITECTURE], "model_type": "mixtral", **llama_like.size_keys(spec),
-        **llama_like.given_head_dim(spec), "hidden_act": "silu", "rms_norm_eps": spec.norm.config.eps,
-        **rope_json(spec.positional.config), **llama_like.window_json(spec), "attention_dropout": spec.model.dropout,
-        "num_local_experts": moe.n_experts, "num_experts_per_tok": moe.top_k,
-        "router_aux_loss_coef": moe.aux_loss_coef, "router_jitter_noise": 0.0,
-    }
+TABLE = llama_like.BASE.but(
+    llama_like.head_dim(always=False), llama_like.rms_norm_eps(1e-5), llama_like.rope_key(_positional),
+    llama_like.sliding_window(None),
+    mapped("num_local_experts", "ffn.n_experts", int, 8, ffn="moe"),
+    mapped("num_experts_per_tok", "ffn.top_k", int, 2),
+    # router_aux_loss_coef weighs the load-balancing loss in training only; transformers adds it only with
+    # output_router_logits and over all layers at once, blockspec-moe per layer, summed
+    mapped("router_aux_loss_coef", "ffn.aux_loss_coef", float, 0.001),
+    Key(name="router_jitter_noise", read=_refuse_jitter, write=lambda spec: {"router_jitter_noise": 0.0},
+        misfits=_routing_misfits),
+    frame={"ffn": {"use": "moe", "renormalize": True}},
+)
 
 
 # ---------------------------------------------------------------- weights
@@ -113,8 +83,5 @@ def _experts(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
     ]
 
 
-FAMILY = Family(
-    name="mixtral", title="Mixtral", architectures={ARCHITECTURE: "mixtral"}, spec_dict=spec_dict,
-    misfits=misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
-    ignored=llama_like.ignored,
-)
+FAMILY = table_family(name="mixtral", title="Mixtral", architecture=ARCHITECTURE, model_type="mixtral",
+                      table=TABLE, rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored)

@@ -1,4 +1,4 @@
-"""Phi-3 (Phi3ForCausalLM): config.json keys, export checks and weight names.
+"""Phi-3 (Phi3ForCausalLM): the Llama-like keys (``llama_like.BASE``), and the weight names.
 
 Phi-3 is Llama's layer with blockspec's own fusions: ``qkv_proj`` is q|k|v and ``gate_up_proj``
 is gate|up, as blockspec's qkv and ffn.up, so every weight maps as it is. It adds a sliding
@@ -13,32 +13,13 @@ from typing import Any
 
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope, rope_json
+from blockspec.interop.config_table import Document, accepted, folded_dropout, mapped, table_family
 from blockspec.interop.families import llama_like
 from blockspec.interop.families.gpt_neox import check_rotary_width
-from blockspec.interop.family import Expresses, Family
 from blockspec.interop.weight_map import Rule, same
 
 ARCHITECTURE = "Phi3ForCausalLM"
 LONGROPE = ("longrope", "su", "yarn")  # Phi3Config turns 'su' and 'yarn' into 'longrope'
-
-
-# ---------------------------------------------------------------- config.json -> spec
-
-
-def spec_dict(r: ConfigReader, name: str) -> dict[str, Any]:
-    # embedding and attention dropout: training only, blockspec's one rate is resid_pdrop; attention_bias:
-    # Phi3ForCausalLM builds no biases whatever it says; original_max_position_embeddings: read only by
-    # longrope, which _positional refuses
-    r.accept("embd_pdrop", "attention_dropout", "attention_bias", "original_max_position_embeddings")
-    model = llama_like.sizes(r, name)
-    model.update(bias=False, dropout=r.get("resid_pdrop", float, 0.0))
-    llama_like.read_head_dim(r, model)
-    return llama_like.document(
-        model, positional=_positional(r, _head_dim(model)),
-        norm={"use": "rmsnorm", "eps": r.get("rms_norm_eps", float, 1e-5)}, activation=llama_like.silu_gate(r),
-        tied=r.get("tie_word_embeddings", bool, False),
-        attention=llama_like.window_attention(llama_like.window_key(r, None)),
-    )
 
 
 def _head_dim(model: dict[str, Any]) -> int | None:
@@ -54,14 +35,14 @@ def _fraction_key(r: ConfigReader) -> str:
     return "rope_parameters.partial_rotary_factor" if inside else "partial_rotary_factor"
 
 
-def _positional(r: ConfigReader, head_dim: int | None) -> dict[str, Any]:
+def _positional(r: ConfigReader, document: Document, title: str) -> None:
     if _scaled(r):
         r.accept("rope_theta", "partial_rotary_factor")  # the rope is refused as a whole: no second problem
-        return {"use": "rope"}
-    positional = rope(r)
+        document["positional"] = {"use": "rope"}
+        return
+    positional = document["positional"] = rope(r)
     llama_like.top_level_fraction(r, positional.get("fraction", 1.0))
-    check_rotary_width(r, _fraction_key(r), head_dim, positional.get("fraction", 1.0))
-    return positional
+    check_rotary_width(r, _fraction_key(r), _head_dim(document["model"]), positional.get("fraction", 1.0))
 
 
 def _scaled(r: ConfigReader) -> bool:
@@ -81,27 +62,22 @@ def _kind(table: dict[str, Any] | None) -> str:
     return table.get("rope_type", table.get("type", "default")) if table else "default"
 
 
-# ---------------------------------------------------------------- spec -> config.json
-
-
-EXPRESSES = Expresses(norm="rmsnorm", activations=("swiglu",), biases="none", windows="all", head_dim=True,
-                      fraction=True)
-
-
 def _rope_json(spec: ModelSpec) -> dict[str, Any]:
     """rope_json, and the rotated fraction at the top level too, where transformers 4 reads it (Phi-4-mini)."""
     keys, fraction = rope_json(spec.positional.config), getattr(spec.positional.config, "fraction", 1.0)
     return {**keys, "partial_rotary_factor": fraction} if fraction != 1.0 else keys
 
 
-def config_json(spec: ModelSpec) -> dict[str, Any]:
-    m = spec.model
-    return {
-        "architectures": [ARCHITECTURE], "model_type": "phi3", **llama_like.size_keys(spec),
-        **llama_like.given_head_dim(spec), "hidden_act": "silu", "original_max_position_embeddings": m.context_length,
-        "rms_norm_eps": spec.norm.config.eps, **_rope_json(spec), **llama_like.window_json(spec),
-        "attention_bias": False, "resid_pdrop": m.dropout, "embd_pdrop": m.dropout, "attention_dropout": m.dropout,
-    }
+TABLE = llama_like.BASE.but(
+    llama_like.head_dim(always=False), llama_like.rms_norm_eps(1e-5), llama_like.sliding_window(None),
+    llama_like.rope_key(_positional, _rope_json, fraction=True),
+    # original_max_position_embeddings: read only by longrope, which _positional refuses
+    accepted("original_max_position_embeddings", lambda spec: spec.model.context_length),
+    accepted("attention_bias", lambda spec: False),  # Phi3ForCausalLM builds no biases whatever it says
+    # embedding and attention dropout: training only, blockspec's one rate is resid_pdrop
+    mapped("resid_pdrop", "model.dropout", float, 0.0), folded_dropout("embd_pdrop"),
+    folded_dropout("attention_dropout"),
+)
 
 
 # ---------------------------------------------------------------- weights
@@ -123,8 +99,5 @@ def _mlp_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
             same(f"{ours}.down.weight", f"{theirs}.down_proj.weight")]
 
 
-FAMILY = Family(
-    name="phi3", title="Phi-3", architectures={ARCHITECTURE: "phi3"}, spec_dict=spec_dict,
-    misfits=EXPRESSES.misfits, config_json=config_json, rules=rules, layer_index=llama_like.LAYER_INDEX,
-    ignored=llama_like.ignored,
-)
+FAMILY = table_family(name="phi3", title="Phi-3", architecture=ARCHITECTURE, model_type="phi3", table=TABLE,
+                      rules=rules, layer_index=llama_like.LAYER_INDEX, ignored=llama_like.ignored)
