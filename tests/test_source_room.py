@@ -108,8 +108,37 @@ def generated(path: Path, capsys) -> dict | None:
     return {"model": found["model"], "ids": found["ids"][: len(found["ids"]) - 2], "tokenizer": found["tokenizer"]}
 
 
+def _saved(checkpoint: Path) -> dict:
+    """What a run saved: its model's name, and TEXT in the tokenizer it trained with."""
+    from blockspec.sources import open_source
+
+    saved = open_source(checkpoint)
+    tokenizer = saved.tokenizer()
+    return {"model": saved.spec.model.name, "ids": tokenizer.encode(TEXT), "tokenizer": tokenizer.describe()}
+
+
+def trained(path: Path, capsys) -> dict | None:
+    out = path.parent / f"{path.name}-trained"
+    code = main(["train", str(path), "--data", str(path.parent / "play.txt"), *FAST, "--steps", "1",
+                 "--out", str(out), "--force"])
+    assert code == 0, capsys.readouterr().err
+    return _saved(out)
+
+
+def swept(path: Path, capsys) -> dict | None:
+    out = path.parent / f"{path.name}-swept"
+    code = main(["sweep", str(path), "--data", str(path.parent / "play.txt"), "--vary", "model.dropout=0.0",
+                 "--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--steps", "1", "--out", str(out),
+                 "--force"])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    (run,) = [p.parent for p in (out / "runs").rglob("spec.toml")]
+    return _saved(run)
+
+
 COMMANDS: dict[str, Callable[[Path, object], dict | None]] = {"trace": traced, "explore": explored,
-                                                               "generate": generated}
+                                                               "generate": generated, "train": trained,
+                                                               "sweep": swept}
 KINDS = {  # name -> (source kind, own tokenizer: None, "char" or "bpe")
     "spec": ("spec", None), "bare": ("checkpoint", None), "char": ("training-checkpoint", "char"),
     "training": ("training-checkpoint", "bpe"), "imported": ("checkpoint", "bpe"), "hf": ("hf", "bpe"),
@@ -136,6 +165,8 @@ def test_every_command_sees_the_sources_spec_and_tokenizer(room, registry, capsy
     if found is None:  # refused: only where the source cannot continue text
         assert command == "generate" and (tokenizer is None or not source.has_weights)
         return
+    if tokenizer is None and command in ("train", "sweep"):  # no tokenizer of its own: the text's characters
+        tokenizer = blockspec.CharTokenizer.from_text((room / "play.txt").read_text())
     expected = tokenizer or stand_in_tokenizer(source.spec.model.vocab_size)
     assert found == {"model": source.spec.model.name, "ids": expected.encode(TEXT),
                      "tokenizer": expected.describe()}
