@@ -64,12 +64,25 @@ What is here:
   k.shape[-2], start)`` if it biases; a causal mask aligned bottom-right (query i sees keys
   j <= i + n_k - n_q), which a cached call of more than one token needs too.
   docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
+- Initialisation: the spec's ``[init]`` draws only the parameters a module declares in
+  ``init_roles``, a mapping from a parameter's dotted name below the module to its role; every
+  other parameter keeps what the module's ``__init__`` gave it (a gate set to zero stays zero).
+  Roles: ``"std"`` (N(0, std²): hidden linear weights, position tables), ``"residual"`` (N(0,
+  (std/√(2·n_layers))²) with ``residual_scaling``: a projection whose output is added to the
+  residual stream, whatever it is called), ``"zero"`` (biases) and ``"token_embedding"`` (N(0,
+  embedding_std²); the core's token embedding). Declare it on the class
+  (``init_roles: ClassVar[Mapping[str, InitRole]] = {"w_out.weight": "residual"}``), or on an
+  instance a build returns with ``declare_init(nn.Linear(...), {"weight": "std"})``. A name
+  on a None (an absent bias, an optional submodule) is skipped; a name the module lacks or an
+  unknown role fails the build. Where an outer module and its child both name a parameter, the
+  outer one's role wins. The core's attention and dense FFN, and the first-party plugins,
+  declare theirs (GPT-2's initialisation by default); a loaded model is filled from its file.
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``) load on first use, so a plugin that touches them
+``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``declare_init``, ``InitRole``) load on first use, so a plugin that touches them
 only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
 """
 
@@ -85,6 +98,7 @@ from blockspec.spec.schema import ModelConfig
 from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive
 
 if TYPE_CHECKING:
+    from blockspec.assembly.initialisation import InitRole, declare_init
     from blockspec.modules.activation import Activation
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
@@ -101,6 +115,8 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "PreNormBlock": "blockspec.modules.blocks",
     "PostNormBlock": "blockspec.modules.blocks",
     "tapping": "blockspec.modules.taps",
+    "declare_init": "blockspec.assembly.initialisation",
+    "InitRole": "blockspec.assembly.initialisation",
 }
 
 
@@ -124,6 +140,7 @@ __all__ = [
     "LayerParts",
     "ContextLengthError",
     "FieldError",
+    "InitRole",
     "KVCache",
     "LayerCache",
     "ModelConfig",
@@ -133,6 +150,7 @@ __all__ = [
     "Register",
     "at_least",
     "attend",
+    "declare_init",
     "greater_than",
     "hookimpl",
     "in_range",
