@@ -66,7 +66,30 @@ class MistypedFFN(TwoLayerFFN):
     init_roles = {"w_in.weight": "std", "w_out.weight": "residul"}
 
 
-def _ffn(cls: type[TwoLayerFFN]):
+class BufferFFN(TwoLayerFFN):
+    init_roles = {"scale": "zero"}
+
+    def __init__(self, d_model: int, d_ff: int, activation: nn.Module) -> None:
+        super().__init__(d_model, d_ff, activation)
+        self.register_buffer("scale", torch.ones(d_model))
+
+
+class GatedBranchFFN(nn.Module):
+    """Reuses the core's dense FFN as a gated branch: its down projection is no residual one here."""
+
+    init_roles = {"inner.down.weight": "std"}  # the outer declaration wins over FeedForward's "residual"
+
+    def __init__(self, d_model: int, d_ff: int, activation: nn.Module) -> None:
+        from blockspec.modules.feed_forward import FeedForward
+
+        super().__init__()
+        self.inner = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) * self.inner(x)  # (B, N, d)
+
+
+def _ffn(cls: type[nn.Module]):
     return lambda config, ctx: cls(ctx.model.d_model, ctx.model.d_ff, ctx.layer.activation("act"))
 
 
@@ -80,6 +103,8 @@ def init_test_plugin() -> types.ModuleType:
         register("ffn", "two_layer", NoFields, _ffn(TwoLayerFFN), promises=("position_wise",))
         register("ffn", "misdeclared", NoFields, _ffn(MisdeclaredFFN), promises=("position_wise",))
         register("ffn", "mistyped", NoFields, _ffn(MistypedFFN), promises=("position_wise",))
+        register("ffn", "buffer", NoFields, _ffn(BufferFFN), promises=("position_wise",))
+        register("ffn", "gated_branch", NoFields, _ffn(GatedBranchFFN), promises=("position_wise",))
 
     plugin.blockspec_register = blockspec_register
     return plugin
@@ -130,11 +155,20 @@ def test_a_declared_residual_projection_is_scaled_whatever_its_name(init_registr
                     r"did you mean 'w_out\.weight'\?"),
     ("mistyped", r"MistypedFFN\.init_roles: 'w_out\.weight': unknown role 'residul', expected one of "
                  r"'std', 'residual', 'zero', 'token_embedding'; did you mean 'residual'\?"),
+    ("buffer", r"BufferFFN\.init_roles: 'scale' is a Tensor, not a parameter"),
 ])
 def test_a_declaration_the_module_cannot_keep_is_a_spec_error(init_registry, use, words):
     spec = spec_with(init_registry, f'[ffn]\nuse = "{use}"')
     with pytest.raises(SpecError, match=rf"\$\.ffn: init-test:{use} cannot be built: {words}"):
         blockspec.build(spec, registry=init_registry, seed=0)
+
+
+def test_an_outer_declaration_wins_over_its_childs(init_registry):
+    spec = spec_with(init_registry, '[ffn]\nuse = "gated_branch"', "[init]\nstd = 0.05")
+    inner = blockspec.build(spec, registry=init_registry, seed=0).blocks[0].ffn.inner
+    assert inner.down.weight.std().item() == pytest.approx(0.05, rel=0.1)  # not 0.05/sqrt(4)
+    assert inner.up.weight.std().item() == pytest.approx(0.05, rel=0.1)  # FeedForward's own declaration
+    assert inner.down.bias.abs().max().item() == 0.0
 
 
 def gpt2_rule(model: nn.Module) -> list[tuple[str, str]]:
