@@ -123,7 +123,8 @@ def test_the_experts_and_the_router_follow_the_init_table(registry, monkeypatch,
     from blockspec.assembly import assemble
 
     monkeypatch.setattr(assemble, "DEFER_FROM_PARAMETERS", defer_from)
-    text = SPEC.format(ffn="n_experts = 4\ntop_k = 2\nn_shared_experts = 1\nshared_gate = true") + "\n[init]\nstd = 0.001\n"
+    moe_table = "n_experts = 4\ntop_k = 2\nn_shared_experts = 1\nshared_gate = true"
+    text = SPEC.format(ffn=moe_table) + "\n[init]\nstd = 0.001\n"
     moe = blockspec.build(blockspec.loads_spec(text, registry), registry=registry, seed=0).blocks[0].ffn
     residual = 0.001 / (2 * 2) ** 0.5  # std/sqrt(2·n_layers), as for a dense FFN's down projection
     assert moe.router.weight.std().item() == pytest.approx(0.001, rel=0.1)

@@ -82,8 +82,9 @@ What is here:
   nanoseconds unless a trace is recording.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``declare_init``, ``InitRole``) load on first use, so a plugin that touches them
-only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
+``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``declare_init``, ``InitRole``)
+load on first use, so a plugin that touches them only inside ``build`` (or in a module
+``build`` imports) keeps ``blockspec list`` fast.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from torch import nn
 
 from blockspec.assembly.context import BuildContext
 from blockspec.assembly.deferred_init import DeferredInit
-from blockspec.assembly.initialisation import check_declarations, declare_init, init_plan
+from blockspec.assembly.initialisation import InitPlan, check_declarations, declare_init, init_plan
 from blockspec.errors import Problem, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
@@ -72,12 +72,32 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
 
 def _initialise(model: Transformer, deferred: DeferredInit, *, drawn: bool) -> None:
     """Run the deferred init calls that nothing overwrites; then the spec's [init], or leave it to a loader."""
-    plan = init_plan(model) if drawn else None
+    plan = _checked_plan(model) if drawn else None
     if deferred.calls:
         overwritten = plan.parameters if plan is not None else model.state_dict(keep_vars=True).values()
         deferred.finish(overwritten=overwritten)
     if plan is not None:
         plan.draw(model.spec.init, model.spec.model.n_layers)
+
+
+def _checked_plan(model: Transformer) -> InitPlan:
+    """What [init] draws; an ``init_roles`` its module cannot keep is a SpecError at its component's table."""
+    try:
+        return init_plan(model)
+    except TypeError as error:
+        raise _declaration_error(model, error) from error
+
+
+def _declaration_error(model: Transformer, error: TypeError) -> SpecError:
+    """The component whose module tree holds the bad declaration: the innermost one that fails the check."""
+    for path in sorted(model.provenance, key=lambda p: p.count("."), reverse=True):
+        try:
+            check_declarations(model.get_submodule(path))
+        except TypeError:
+            component = model.provenance[path]
+            return SpecError(Problem(file=model.spec.source, path=f"$.{component.kind}",
+                                     message=f"{component.qualified_name} cannot be built: {error}"))
+    return SpecError(Problem(file=model.spec.source, path="$.model", message=str(error)))
 
 
 def _placement(target: torch.device):
@@ -170,7 +190,6 @@ class _Assembler:
                                     message=f"{part.kind} {part.use!r} is not available in this registry{where}"))
         try:
             module = component.build(part.config, ctx)
-            check_declarations(module)
         except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table
             raise
         except (ValueError, TypeError, RuntimeError, OverflowError) as error:  # torch refuses sizes with these

@@ -18,7 +18,7 @@ Roles, for ``[init]``'s std, embedding_std and residual_scaling (GPT-2's: 0.02, 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal, TypeVar, get_args
 
@@ -36,6 +36,7 @@ InitRole = Literal["std", "residual", "zero", "token_embedding"]
 INIT_ROLES: tuple[str, ...] = get_args(InitRole)
 ATTRIBUTE = "init_roles"  # the class or instance attribute a module declares its roles in
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+_MISSING = object()
 
 
 def declare_init(module: ModuleT, roles: Mapping[str, InitRole]) -> ModuleT:
@@ -48,28 +49,36 @@ def declare_init(module: ModuleT, roles: Mapping[str, InitRole]) -> ModuleT:
 def check_declarations(module: nn.Module) -> None:
     """Every ``init_roles`` in ``module``'s tree names parameters it has and known roles (TypeError otherwise)."""
     for part in module.modules():
-        list(declared_parameters(part))
+        declared_parameters(part)
 
 
-def declared_parameters(module: nn.Module) -> Iterator[tuple[nn.Parameter, InitRole]]:
+def declared_parameters(module: nn.Module) -> list[tuple[nn.Parameter, InitRole]]:
     """Each parameter ``module``'s own ``init_roles`` names, with its role; a name on a None (an absent bias)
     is skipped. TypeError for a role or a name the module does not have."""
-    for name, role in (getattr(module, ATTRIBUTE, None) or {}).items():
+    found = []
+    for name, role in _declaration(module).items():  # most modules declare nothing: no loop
         if role not in INIT_ROLES:
             raise TypeError(f"{_owner(module)}: {name!r}: unknown role {role!r}, expected one of "
                             f"{', '.join(map(repr, INIT_ROLES))}{_suggestion(role, INIT_ROLES)}")
         parameter = _resolve(module, name)
         if parameter is not None:
-            yield parameter, role
+            found.append((parameter, role))
+    return found
+
+
+def _declaration(module: nn.Module) -> Mapping[str, str]:
+    """The instance's init_roles, else its class's; read past nn.Module.__getattr__, whose misses cost microseconds."""
+    found = module.__dict__.get(ATTRIBUTE)
+    return found if found is not None else getattr(type(module), ATTRIBUTE, None) or {}
 
 
 def _resolve(module: nn.Module, name: str) -> nn.Parameter | None:
     """The parameter at the dotted ``name`` below ``module``; None where the path meets a None."""
     owner: object = module
     for part in name.split("."):
-        if not isinstance(owner, nn.Module) or not hasattr(owner, part):
+        owner = getattr(owner, part, _MISSING) if isinstance(owner, nn.Module) else _MISSING
+        if owner is _MISSING:
             raise TypeError(f"{_owner(module)}: {name!r} names no parameter{_parameters_hint(module, name)}")
-        owner = getattr(owner, part)
         if owner is None:
             return None
     if not isinstance(owner, nn.Parameter):
@@ -114,9 +123,20 @@ class InitPlan:
 
 
 def init_plan(model: nn.Module) -> InitPlan:
-    """Every module's declarations, read once; where two name one parameter, the outer module's role wins."""
+    """Every module's declarations, read in one pass; where two name one parameter, the outer module's role wins.
+
+    Modules come outer first, as ``model.parameters()`` visits them: when a module's own parameters
+    are reached, every declaration that can name them (its own and its ancestors') has been read.
+    """
     declared: dict[int, InitRole] = {}
-    for module in model.modules():  # outer modules first
+    seen: set[int] = set()
+    roles = []
+    for module in model.modules():
         for parameter, role in declared_parameters(module):
             declared.setdefault(id(parameter), role)
-    return InitPlan(tuple((p, declared[id(p)]) for p in model.parameters() if id(p) in declared))
+        for parameter in module._parameters.values():  # parameters(recurse=False) costs 3 generators per module
+            if parameter is not None and id(parameter) not in seen:  # a shared one counts where it comes first
+                seen.add(id(parameter))
+                if id(parameter) in declared:
+                    roles.append((parameter, declared[id(parameter)]))
+    return InitPlan(tuple(roles))
