@@ -201,3 +201,16 @@ def test_first_party_models_draw_what_gpt2_initialisation_drew(registry, stem, h
     model = blockspec.build(blockspec.structure_spec(data, registry), registry=registry, device="meta")
     names = {id(p): n for n, p in model.named_parameters()}
     assert [(names[id(p)], role) for p, role in init_plan(model).roles] == gpt2_rule(model)
+
+
+def test_a_model_with_instance_declarations_copies_and_pickles(registry):
+    import copy
+    import pickle
+
+    text = BASE.replace('[head]\nuse = "lm"', '[head]\nuse = "lm"\ntied = false')
+    assert text != BASE
+    model = blockspec.build(blockspec.loads_spec(text, registry), registry=registry, seed=0)
+    assert model.head.init_roles == {"weight": "std"}  # declared on the instance: a plain nn.Linear
+    twin = copy.deepcopy(model)
+    assert twin.head.init_roles == {"weight": "std"} and torch.equal(twin.head.weight, model.head.weight)
+    assert pickle.loads(pickle.dumps(model.head)).init_roles == {"weight": "std"}

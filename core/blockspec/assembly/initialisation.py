@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Literal, TypeVar, get_args
 
 import attrs
@@ -41,7 +40,7 @@ _MISSING = object()
 
 def declare_init(module: ModuleT, roles: Mapping[str, InitRole]) -> ModuleT:
     """Declare on this instance which of its parameters [init] draws: for a plain ``nn.Linear`` a build returns."""
-    setattr(module, ATTRIBUTE, MappingProxyType(dict(roles)))
+    setattr(module, ATTRIBUTE, dict(roles))  # a plain dict: the module still deep-copies and pickles
     check_declarations(module)  # a name the module lacks fails here, where the author wrote it
     return module
 
