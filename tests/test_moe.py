@@ -118,6 +118,23 @@ def test_shared_experts_and_their_gate_add_to_the_routed_sum(registry):
     assert {"blocks.1.ffn.router", "blocks.1.ffn.experts", "blocks.1.ffn.shared"} <= set(names)
 
 
+@pytest.mark.parametrize("defer_from", [0, 10**12], ids=["deferred", "eager"])
+def test_the_experts_and_the_router_follow_the_init_table(registry, monkeypatch, defer_from):
+    from blockspec.assembly import assemble
+
+    monkeypatch.setattr(assemble, "DEFER_FROM_PARAMETERS", defer_from)
+    moe_table = "n_experts = 4\ntop_k = 2\nn_shared_experts = 1\nshared_gate = true"
+    text = SPEC.format(ffn=moe_table) + "\n[init]\nstd = 0.001\n"
+    moe = blockspec.build(blockspec.loads_spec(text, registry), registry=registry, seed=0).blocks[0].ffn
+    residual = 0.001 / (2 * 2) ** 0.5  # std/sqrt(2·n_layers), as for a dense FFN's down projection
+    assert moe.router.weight.std().item() == pytest.approx(0.001, rel=0.1)
+    assert moe.up.std().item() == pytest.approx(0.001, rel=0.1)  # main: 0.02 (0.0199), hard-coded in the plugin
+    assert moe.down.std().item() == pytest.approx(residual, rel=0.1)
+    assert moe.shared.up.weight.std().item() == pytest.approx(0.001, rel=0.1)
+    assert moe.shared.gate.weight.std().item() == pytest.approx(0.001, rel=0.3)  # 32 weights only
+    assert moe.shared.down.weight.std().item() == pytest.approx(residual, rel=0.1)
+
+
 def test_top_k_beyond_the_experts_is_refused_at_its_field(registry):
     with pytest.raises(SpecError, match=r"\$\.ffn\.top_k: expected a number in \[1, 4\], found 5"):
         moe_spec(registry, "n_experts = 4\ntop_k = 5")

@@ -64,6 +64,19 @@ What is here:
   k.shape[-2], start)`` if it biases; a causal mask aligned bottom-right (query i sees keys
   j <= i + n_k - n_q), which a cached call of more than one token needs too.
   docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
+- Initialisation: the spec's ``[init]`` draws only the parameters a module declares in
+  ``init_roles``, a mapping from a parameter's dotted name below the module to its role; every
+  other parameter keeps what the module's ``__init__`` gave it (a gate set to zero stays zero).
+  Roles: ``"std"`` (N(0, std²): hidden linear weights, position tables), ``"residual"`` (N(0,
+  (std/√(2·n_layers))²) with ``residual_scaling``: a projection whose output is added to the
+  residual stream, whatever it is called), ``"zero"`` (biases) and ``"token_embedding"`` (N(0,
+  embedding_std²); the core's token embedding). Declare it on the class
+  (``init_roles: ClassVar[Mapping[str, InitRole]] = {"w_out.weight": "residual"}``), or on an
+  instance a build returns with ``declare_init(nn.Linear(...), {"weight": "std"})``. A name
+  on a None (an absent bias, an optional submodule) is skipped; a name the module lacks or an
+  unknown role fails the build. Where an outer module and its child both name a parameter, the
+  outer one's role wins. The core's attention and dense FFN, and the first-party plugins,
+  declare theirs (GPT-2's initialisation by default); a loaded model is filled from its file.
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.
@@ -80,12 +93,13 @@ Conventions the core relies on (by attribute, on any module of a built model):
 - ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
   ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
   attribute (``"up(x): d -> {up.out_features}"``).
-- Initialisation: (written with the initialisation contract; see docs/architecture.md.)
+- Initialisation: ``init_roles`` (above): what a module declares is drawn by ``[init]``, the rest is its own.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
 ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
-``CausalSelfAttention``, ``causal_mask``) load on first use, so a plugin that touches them
-only inside ``build`` (or in a module ``build`` imports) keeps ``blockspec list`` fast.
+``CausalSelfAttention``, ``causal_mask``, ``declare_init``, ``InitRole``) load on first use, so a
+plugin that touches them only inside ``build`` (or in a module ``build`` imports) keeps
+``blockspec list`` fast.
 """
 
 from __future__ import annotations
@@ -100,6 +114,7 @@ from blockspec.spec.schema import ModelConfig
 from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive
 
 if TYPE_CHECKING:
+    from blockspec.assembly.initialisation import InitRole, declare_init
     from blockspec.modules.activation import Activation
     from blockspec.modules.attention import CausalSelfAttention, causal_mask
     from blockspec.modules.feed_forward import FeedForward
@@ -121,6 +136,8 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "PreNormBlock": "blockspec.modules.blocks",
     "PostNormBlock": "blockspec.modules.blocks",
     "tapping": "blockspec.modules.taps",
+    "declare_init": "blockspec.assembly.initialisation",
+    "InitRole": "blockspec.assembly.initialisation",
 }
 
 
@@ -146,6 +163,7 @@ __all__ = [
     "ContextLengthError",
     "FeedForward",
     "FieldError",
+    "InitRole",
     "KVCache",
     "LayerCache",
     "ModelConfig",
@@ -156,6 +174,7 @@ __all__ = [
     "at_least",
     "attend",
     "causal_mask",
+    "declare_init",
     "greater_than",
     "hookimpl",
     "in_range",

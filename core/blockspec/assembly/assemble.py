@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 
 import attrs
@@ -11,12 +10,13 @@ from torch import nn
 
 from blockspec.assembly.context import BuildContext
 from blockspec.assembly.deferred_init import DeferredInit
+from blockspec.assembly.initialisation import InitPlan, check_declarations, declare_init, init_plan
 from blockspec.errors import Problem, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelSpec, estimate_parameters
 
-__all__ = ["INIT_STD", "build", "build_unfilled", "gpt2_initialised", "init_weights"]
+__all__ = ["INIT_STD", "build", "build_unfilled", "init_weights"]
 # Deferring init costs ~1 µs per torch call of the construction and saves the default init of
 # every weight; it pays from about 2·10^5 parameters (a 2-core CPU: d = 128, L = 2 gains 20%).
 DEFER_FROM_PARAMETERS = 200_000
@@ -66,17 +66,38 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
         with deferred if defer else nullcontext():
             model = _Assembler(spec, registry).model()
         if target.type != "meta":  # meta tensors hold no values: nothing to initialise
-            _initialise(model, deferred, gpt2=initialise)
+            _initialise(model, deferred, drawn=initialise)
     return model.to(dtype=dtype) if dtype is not None else model
 
 
-def _initialise(model: Transformer, deferred: DeferredInit, *, gpt2: bool) -> None:
-    """Run the deferred init calls that nothing overwrites; then GPT-2's init, or leave it to a loader."""
+def _initialise(model: Transformer, deferred: DeferredInit, *, drawn: bool) -> None:
+    """Run the deferred init calls that nothing overwrites; then the spec's [init], or leave it to a loader."""
+    plan = _checked_plan(model) if drawn else None
     if deferred.calls:
-        overwritten = gpt2_initialised(model) if gpt2 else model.state_dict(keep_vars=True).values()
+        overwritten = plan.parameters if plan is not None else model.state_dict(keep_vars=True).values()
         deferred.finish(overwritten=overwritten)
-    if gpt2:
-        init_weights(model, model.spec.model.n_layers, model.spec.init)
+    if plan is not None:
+        plan.draw(model.spec.init, model.spec.model.n_layers)
+
+
+def _checked_plan(model: Transformer) -> InitPlan:
+    """What [init] draws; an ``init_roles`` its module cannot keep is a SpecError at its component's table."""
+    try:
+        return init_plan(model)
+    except TypeError as error:
+        raise _declaration_error(model, error) from error
+
+
+def _declaration_error(model: Transformer, error: TypeError) -> SpecError:
+    """The component whose module tree holds the bad declaration: the innermost one that fails the check."""
+    for path in sorted(model.provenance, key=lambda p: p.count("."), reverse=True):
+        try:
+            check_declarations(model.get_submodule(path))
+        except TypeError:
+            component = model.provenance[path]
+            return SpecError(Problem(file=model.spec.source, path=f"$.{component.kind}",
+                                     message=f"{component.qualified_name} cannot be built: {error}"))
+    return SpecError(Problem(file=model.spec.source, path="$.model", message=str(error)))
 
 
 def _placement(target: torch.device):
@@ -109,7 +130,7 @@ class _Assembler:
 
     def model(self) -> Transformer:
         cfg = self.spec.model
-        embedding = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        embedding = declare_init(nn.Embedding(cfg.vocab_size, cfg.d_model), {"weight": "token_embedding"})
         ctx = BuildContext(model=cfg, embedding=embedding)
         model = Transformer(
             embedding=embedding,
@@ -209,30 +230,7 @@ class _LayerParts:
         return self._make("activation", self._ctx, self._path(name))
 
 
-def gpt2_initialised(model: nn.Module) -> list[torch.Tensor]:
-    """The tensors ``init_weights`` overwrites: every linear layer's weight and bias, every embedding's weight."""
-    tensors = []
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            tensors += [module.weight] if module.bias is None else [module.weight, module.bias]
-        elif isinstance(module, nn.Embedding):
-            tensors.append(module.weight)
-    return tensors
-
-
 def init_weights(model: Transformer, n_layers: int, init: InitConfig | None = None) -> None:
-    """The spec's [init]; by default GPT-2's: N(0, 0.02) for linears and embeddings, zero biases,
-    residual projections scaled by 1/sqrt(2L). The token embedding (and a head tied to it) uses
-    ``init.embedding_std``, other embeddings (learned positions) ``init.std``."""
-    init = init if init is not None else InitConfig()
-    std = init.std
-    residual_std = std / math.sqrt(2 * max(n_layers, 1)) if init.residual_scaling else std
-    token_embedding = getattr(model, "embedding", None)
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            is_residual = name.endswith(("attn.proj", "ffn.down"))
-            nn.init.normal_(module.weight, std=residual_std if is_residual else std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=init.token_embedding_std if module is token_embedding else std)
+    """Draw what the model's components declare (``assembly/initialisation.py``) as [init] says; by default
+    GPT-2's: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2L)."""
+    init_plan(model).draw(init if init is not None else InitConfig(), n_layers)

@@ -30,6 +30,21 @@ def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state  # Parameters and buffers, not copies: writing into them fills the model
 
 
+def fill(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy named tensors into the model's own parameters and persistent buffers, cast to their dtype.
+
+    The one way a model is filled from named tensors: a weights file, a Hugging Face import, a
+    training state. Each caller checks names and shapes against its source first (``check_shapes``);
+    ``tensors`` may be a generator, so a converted tensor lives only until it is copied. A
+    checkpoint directory's file is read straight into the same tensors, verified on the way
+    (``verified_weights``).
+    """
+    targets = model.state_dict(keep_vars=True)  # Parameters themselves: copying into them fills the model
+    with torch.no_grad():
+        for name, tensor in tensors:
+            targets[name].copy_(tensor)
+
+
 def tied_aliases(model: nn.Module) -> dict[str, str]:
     """State-dict names that repeat a tensor already listed -> that first name
     (a tied head: {"head.weight": "embedding.weight"})."""

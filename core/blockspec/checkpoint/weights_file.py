@@ -13,7 +13,7 @@ from torch import nn
 
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor
-from blockspec.checkpoint.weights import check_dtype_kinds, check_shapes, owner_of, tied_aliases
+from blockspec.checkpoint.weights import check_dtype_kinds, check_shapes, fill, owner_of, tied_aliases
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -29,7 +29,7 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     check_dtype_kinds(model.state_dict(), header)
     tensors = _read_all(header)
     _check_ties(path, tensors, aliases)
-    model.load_state_dict(tensors, strict=False)  # strictness checked above, ties allowed
+    fill(model, ((name, tensor) for name, tensor in tensors.items() if name not in aliases))  # checked above
 
 
 def _validated_header(path: Path) -> SafetensorsHeader:

@@ -11,7 +11,8 @@ from blockspec.errors import CheckpointError, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec
-from blockspec.checkpoint.weights import build_on_meta, check_layer_count, check_shapes, common_float_dtype, unique_state
+from blockspec.checkpoint.weights import (build_on_meta, check_layer_count, check_shapes, common_float_dtype, fill,
+                                         unique_state)
 from blockspec.interop import hf_config
 from blockspec.interop.family import Family
 from blockspec.interop.hf_dir import WeightSource, open_weights, read_config
@@ -87,7 +88,5 @@ def _check(rules: list[Rule], meta_state, source: WeightSource, names: dict[str,
 
 
 def _fill(model: Transformer, rules: list[Rule], read) -> None:
-    state = unique_state(model)
-    with torch.no_grad():
-        for rule in rules:
-            state[rule.target].copy_(to_blockspec([rule], read)[rule.target])
+    """One rule at a time: each converted tensor is freed once copied."""
+    fill(model, ((rule.target, to_blockspec([rule], read)[rule.target]) for rule in rules))

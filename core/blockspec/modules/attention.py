@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
@@ -49,6 +50,10 @@ class CausalSelfAttention(nn.Module):
         "weights": "softmax(q·kᵀ/√hs{score_bias} + mask): weights per head, causally masked",
         "heads": "weights @ v, per head (SDPA)",
         "out": "proj(concat(heads)): attention output",
+    }
+    # what the spec's [init] draws (assembly/initialisation.py); q_norm and k_norm keep their ones
+    init_roles: ClassVar[Mapping[str, str]] = {
+        "qkv.weight": "std", "qkv.bias": "zero", "proj.weight": "residual", "proj.bias": "zero",
     }
 
     def __init__(

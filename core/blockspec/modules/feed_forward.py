@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
@@ -18,6 +19,10 @@ class FeedForward(nn.Module):
         "up": "up(x): d -> {up.out_features}",
         "act": "{act}: FFN hidden",
         "down": "down(h): {down.in_features} -> d",
+    }
+    # what the spec's [init] draws (assembly/initialisation.py); the activation keeps its own
+    init_roles: ClassVar[Mapping[str, str]] = {
+        "up.weight": "std", "up.bias": "zero", "down.weight": "residual", "down.bias": "zero",
     }
 
     def __init__(self, *, d_model: int, d_ff: int, activation: Activation, bias: bool) -> None:

@@ -95,9 +95,10 @@ def cross_field_errors(values: Mapping[str, Any]) -> list[FieldError]:
 class InitConfig:
     """The optional [init] table: how build() draws the weights. Without it, GPT-2's initialisation.
 
-    Linear weights ~ N(0, std²), biases zero; residual projections (attn.proj, ffn.down) use
-    std/sqrt(2·n_layers) when residual_scaling; the token embedding (and a head tied to it)
-    ~ N(0, embedding_std²), embedding_std defaulting to std.
+    It draws only what components declare (``init_roles``, ``blockspec.plugin``); the rest keep
+    their own. Declared weights ~ N(0, std²), biases zero; declared residual projections
+    (attention's proj, an FFN's down) use std/sqrt(2·n_layers) when residual_scaling; the token
+    embedding (and a head tied to it) ~ N(0, embedding_std²), embedding_std defaulting to std.
     """
 
     std: Annotated[float, STD] = field(default=INIT_STD, validator=STD)

@@ -49,7 +49,9 @@ def _activation(config: ReferenceConfig, ctx: BuildContext):
 def _head(config: ReferenceConfig, ctx: BuildContext):
     from torch import nn
 
-    return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)
+    from blockspec.assembly.initialisation import declare_init
+
+    return declare_init(nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False), {"weight": "std"})
 
 
 def _attention(config: ReferenceConfig, ctx: BuildContext):

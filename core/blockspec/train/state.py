@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from blockspec.errors import CheckpointError
-from blockspec.checkpoint.weights import tied_aliases
+from blockspec.checkpoint.weights import fill, tied_aliases
 
 
 def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:
@@ -38,7 +38,7 @@ def load_model_state(model: nn.Module, tensors: dict[str, torch.Tensor], *, sour
         if target.shape != tensor.shape:
             raise CheckpointError(f"{source}: tensor {name}: expected shape {tuple(target.shape)}, "
                                   f"found {tuple(tensor.shape)}")
-    model.load_state_dict(tensors, strict=False)
+    fill(model, tensors.items())
 
 
 def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, *, sharded: bool) -> dict[str, Any]:

@@ -36,13 +36,15 @@ class ClassifierConfig:
 def build_lm(config: LMHeadConfig, ctx: BuildContext):
     from torch import nn
 
+    from blockspec.plugin import declare_init
+
     from .modules import CappedLMHead, TiedLMHead
 
     if config.tied:
         return TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap)
     if config.logit_softcap is not None:
         return CappedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
-    return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)
+    return declare_init(nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False), {"weight": "std"})
 
 
 def build_classifier(config: ClassifierConfig, ctx: BuildContext):

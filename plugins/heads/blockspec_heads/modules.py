@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
 class TiedLMHead(nn.Module):
-    """Logits from the embedding matrix itself: the same Parameter, no copy."""
+    """Logits from the embedding matrix itself: the same Parameter, no copy (drawn as the token embedding)."""
 
     def __init__(self, embedding: nn.Embedding, *, logit_softcap: float | None = None) -> None:
         super().__init__()
@@ -21,6 +24,8 @@ class TiedLMHead(nn.Module):
 
 class CappedLMHead(nn.Linear):
     """An untied head whose logits are soft-capped: cap·tanh(logits/cap). Its weight is named as nn.Linear's."""
+
+    init_roles: ClassVar[Mapping[str, str]] = {"weight": "std"}  # drawn by the spec's [init]
 
     def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float) -> None:
         super().__init__(d_model, vocab_size, bias=False)
@@ -37,6 +42,8 @@ def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
 
 class Classifier(nn.Module):
     """(B, N, d) -> pool over N -> (B, C)."""
+
+    init_roles: ClassVar[Mapping[str, str]] = {"linear.weight": "std", "linear.bias": "zero"}  # the spec's [init]
 
     def __init__(self, d_model: int, n_classes: int, *, pooling: str = "last", bias: bool = True) -> None:
         super().__init__()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import ClassVar
 
 import torch
@@ -15,6 +16,10 @@ from blockspec.plugin import FeedForward, tap
 class SharedExperts(FeedForward):
     """The always-applied dense expert(s): n_shared experts fused into one FFN of n_shared·d_ff (the core's
     dense FFN), optionally scaled by a learned sigmoid gate per token."""
+
+    init_roles: ClassVar[Mapping[str, str]] = {  # drawn by the spec's [init], as the dense FFN's
+        "up.weight": "std", "up.bias": "zero", "down.weight": "residual", "down.bias": "zero", "gate.weight": "std",
+    }
 
     def __init__(self, *, d_model: int, d_ff: int, activation: nn.Module, bias: bool, gate: bool) -> None:
         super().__init__(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
@@ -43,6 +48,10 @@ class MixtureOfExperts(nn.Module):
         "experts": "top-k experts of {act}, routing-weighted sum",
         "shared": "shared experts: {shared}",
     }
+    # drawn by the spec's [init] as the dense FFN's linears are (the shared experts declare their own)
+    init_roles: ClassVar[Mapping[str, str]] = {
+        "router.weight": "std", "up": "std", "up_bias": "zero", "down": "residual", "down_bias": "zero",
+    }
 
     def __init__(self, *, d_model: int, d_ff: int, n_experts: int, top_k: int, renormalize: bool,
                  activation: nn.Module, bias: bool, n_shared_experts: int = 0,
@@ -57,7 +66,7 @@ class MixtureOfExperts(nn.Module):
         width = 2 * d_ff if getattr(activation, "gated", False) else d_ff
         self.router = nn.Linear(d_model, n_experts, bias=False)
         self.act = activation
-        # GPT-2's initialisation, as [init]'s defaults give a dense FFN's up and down linears
+        # GPT-2's initialisation, for a module built outside a spec; under one, [init] draws them (init_roles)
         self.up = nn.Parameter(torch.empty(n_experts, width, d_model))
         self.down = nn.Parameter(torch.empty(n_experts, d_model, d_ff))
         nn.init.normal_(self.up, std=0.02)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -12,6 +15,7 @@ class LearnedPositions(PositionalEncoding):
     """Row p of a (context_length, d) table is added to the token at position p."""
 
     adds = True
+    init_roles: ClassVar[Mapping[str, str]] = {"table.weight": "std"}  # drawn by the spec's [init], as GPT-2's
 
     def __init__(self, context_length: int, d_model: int) -> None:
         super().__init__(max_positions=context_length)
