@@ -236,9 +236,9 @@ def test_library_errors_name_parameters_not_flags(tmp_path, registry):
 
 def test_the_command_line_translates_parameters_to_its_flags(capsys, trained, monkeypatch):
     # settings out of range (as a resumed checkpoint's may be): the library names the setting, train its flag
-    from blockspec.train import loop
+    from blockspec.train import loop, run as training
 
     real = loop.make_config
-    monkeypatch.setattr(loop, "make_config", lambda settings: real({**settings, "eval_batches": 0}))
+    monkeypatch.setattr(training, "make_config", lambda settings: real({**settings, "eval_batches": 0}))
     code, _, err = run(capsys, "train", trained / "micro.toml", "--data", trained / "play.txt", *FAST)
     assert code == 2 and err == "blockspec: error: training settings: --eval-batches: expected a positive integer, found 0\n"

@@ -190,4 +190,4 @@ def test_cli_strict_mode_fails_with_one_error_line(all_faults):
 def test_cli_recovers_with_an_empty_plugin_selection(all_faults):
     result = blockspec_cli({**all_faults, "BLOCKSPEC_PLUGINS": ""}, "list")
     assert result.returncode == 0 and warning_lines(result.stderr) == []
-    assert result.stdout.count("\n") == 4  # header, rule, the built-in attention and dense FFN
+    assert result.stdout.count("\n") == 6  # header, rule, the built-in attention, dense FFN, pre and post blocks

@@ -306,7 +306,7 @@ def _layer_component(spec: ModelSpec, kind: str, layer: int,
         try:
             made[key] = merged.choice.of(CONVERTER.structure(merged.fields, merged.choice.config_cls))
         except Exception as error:  # a config class's validator may raise anything: say which table it was
-            found = "; ".join(f"{where}: {message}" for where, message, _ in
+            found = "; ".join(f"{problem.path}: {problem.message}" for problem in
                               flatten(error, f"$.layers[{merged.last}].{kind}", merged.choice.config_cls))
             raise ValueError(f"[[layers]] entry {merged.last} gives layer {layer} a {kind} table "
                              f"{merged.choice.use!r} cannot hold: {found}") from error
