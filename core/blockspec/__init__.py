@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from blockspec.inspect import debug
     from blockspec.assembly.assemble import build
     from blockspec.checkpoint.directory import save
-    from blockspec.sources import load
+    from blockspec.sources import Source, load, open_source
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
     from blockspec.modules.transformer import Transformer
@@ -50,6 +50,8 @@ _LAZY = {
     "BuildContext": "blockspec.assembly.context",
     "build": "blockspec.assembly.assemble",
     "load": "blockspec.sources",  # any source with weights: a checkpoint or a Hugging Face directory
+    "open_source": "blockspec.sources",  # any path: its kind, locked spec, tokenizer, carried files, model
+    "Source": "blockspec.sources",
     "save": "blockspec.checkpoint.directory",
     "count_parameters": "blockspec.assembly.counting",
     "estimate_parameters": "blockspec.assembly.counting",
@@ -91,6 +93,7 @@ __all__ = [
     "Problem",
     "RegistrationError",
     "Registry",
+    "Source",
     "SpecError",
     "Stage",
     "TokenIdError",
@@ -111,6 +114,7 @@ __all__ = [
     "load_spec",
     "loads_spec",
     "make_plugin_manager",
+    "open_source",
     "save",
     "spec_to_dict",
     "structure_spec",
