@@ -18,9 +18,9 @@ Spelling = Mapping[str, str]  # a path or parameter name -> the words a frontend
 
 # What a terminal obeys rather than shows: C0 controls (ESC, CR, backspace, NUL...), DEL, C1 controls, the
 # bidi marks, embeddings, overrides and isolates, and the Unicode line and paragraph separators.
-_OBEYED = [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F),
-           *range(0x2066, 0x206A)]
-_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _OBEYED}
+TERMINAL_CONTROLS = (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F),
+                     *range(0x2066, 0x206A))
+_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in TERMINAL_CONTROLS}
 _ESCAPES_BUT_LINES = {code: escape for code, escape in _ESCAPES.items() if code != ord("\n")}
 
 

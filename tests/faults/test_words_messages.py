@@ -200,3 +200,15 @@ def test_output_after_the_fix_is_unchanged_for_ordinary_text(capsys, tmp_path):
     spec.write_text("[model]\nname = 1\n")
     code, _, err = run(capsys, "check", spec)
     assert code == 2 and f"{READABLE}.toml" in err and "\\x" not in err and "\\u" not in err
+
+
+def test_json_output_escapes_what_a_terminal_would_obey_and_keeps_the_values(capsys, tmp_path):
+    """JSON escapes C0 itself; DEL, C1 and the bidi controls it writes raw under ensure_ascii=False."""
+    name = "\u202eevil\x9b2J" + READABLE
+    spec = tmp_path / "spec.toml"
+    text = spec_text(name="NAME", vocab_size=64, context_length=32, d_model=32, n_layers=2, n_heads=4, d_ff=64)
+    spec.write_text(text.replace('"NAME"', json.dumps(name, ensure_ascii=False)), encoding="utf-8")
+    code, out, err = run(capsys, "show", spec, "--json")
+    assert code == 0, err
+    assert unsafe_characters(out) == set() and READABLE in out
+    assert json.loads(out)["name"] == name  # the value, unchanged

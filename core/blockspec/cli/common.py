@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockspec.errors import BlockspecError, printable
+from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
 
@@ -68,9 +68,14 @@ def add_json_argument(parser: argparse.ArgumentParser, what: str = "a JSON objec
     parser.add_argument("--json", action="store_true", help=f"print {what} (indented) instead of text")
 
 
+# JSON escapes C0 in its strings itself (and its own line breaks lie between values); the rest it writes raw.
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in TERMINAL_CONTROLS if code >= 0x7F}
+
+
 def emit_json(data: Any) -> None:
-    """Every command's ``--json`` output: one document on stdout, indented by 2, keys in the order built."""
-    print(json.dumps(data, indent=2, ensure_ascii=False), flush=True)
+    """Every command's ``--json`` output: one document on stdout, indented by 2, keys in the order built.
+    A terminal control from a file is written as its JSON escape (the same value), names in any script as text."""
+    print(json.dumps(data, indent=2, ensure_ascii=False).translate(_JSON_ESCAPES), flush=True)
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> None:
