@@ -16,6 +16,21 @@ from attrs import evolve, field, frozen
 
 Spelling = Mapping[str, str]  # a path or parameter name -> the words a frontend uses for it ("$.lr" -> "--lr")
 
+# What a terminal obeys rather than shows: C0 controls (ESC, CR, backspace, NUL...), DEL, C1 controls, the
+# bidi marks, embeddings, overrides and isolates, and the Unicode line and paragraph separators.
+TERMINAL_CONTROLS = (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x2028, 0x202F),
+                     *range(0x2066, 0x206A))
+_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in TERMINAL_CONTROLS}
+_ESCAPES_BUT_LINES = {code: escape for code, escape in _ESCAPES.items() if code != ord("\n")}
+
+
+def printable(text: str, *, lines: bool = True) -> str:
+    """``text`` safe to print: each character a terminal would obey is written as its escape (``\\x1b``), so
+    a key, value or file name quoted from a file can neither recolour, erase, rewrite nor reorder the text
+    around it. ``lines``: line breaks stay (a report may span lines); without, they are escaped too (one
+    value, one line). Every other character, Unicode names included, stays as it is. Idempotent."""
+    return text.translate(_ESCAPES_BUT_LINES if lines else _ESCAPES)
+
 
 @frozen(kw_only=True)
 class Problem:
@@ -41,7 +56,9 @@ class Problem:
 
     @message.default
     def _expected_found(self) -> str:
-        return "" if self.expected is None else f"expected {self.expected}, found {self.found}"
+        if self.expected is None:
+            return ""
+        return f"expected {printable(self.expected, lines=False)}, found {printable(str(self.found), lines=False)}"
 
     def __str__(self) -> str:
         return self.render()
@@ -54,15 +71,15 @@ class Problem:
         what = _fill(self.message, words) or ""
         text = f"{place}: {what}" if place else what
         hint = _fill(self.hint, words)
-        return f"{text}; {hint}" if hint else text
+        return printable(f"{text}; {hint}" if hint else text)
 
     def _place(self, spelling: Spelling) -> str:
         """``file:line:column: path``; an unnamed document is ``<spec>`` where a line or ``$.path`` points into it."""
         in_document = self.line is not None or (self.path or "").startswith("$")
         where = self.file or ("<spec>" if in_document else None)
-        parts = [] if where is None else [where + _line_column(self.line, self.column)]
+        parts = [] if where is None else [printable(where, lines=False) + _line_column(self.line, self.column)]
         if self.path:
-            parts.append(spelling.get(self.path, self.path))
+            parts.append(printable(spelling.get(self.path, self.path), lines=False))
         return ": ".join(parts)
 
 

@@ -21,8 +21,8 @@ from blockspec.registry.components import Registry
 from blockspec.checkpoint.safetensors_file import (SafetensorsHeader, TensorEntry, as_tensor, read_bytes, read_header, read_into,
                                torch_dtype, writable_bytes)
 from blockspec.spec.schema import ModelSpec
-from blockspec.checkpoint.weights import (build_on_meta, check_dtype_kinds, check_layer_count, check_shapes, common_float_dtype,
-                      owner_of, unique_state)
+from blockspec.checkpoint.weights import (build_on_meta, check_dtypes, check_layer_count, check_shapes, common_float_dtype,
+                      header_dtypes, owner_of, unique_state)
 
 LAYER_INDEX = r"^blocks\.(\d+)\."
 
@@ -41,9 +41,7 @@ def load_verified_weights(path: Path, manifest: Manifest, spec: ModelSpec, regis
         raise _corrupt_or(error, path, record.sha256) from None
     model = build_unfilled(spec, registry=registry, dtype=common_float_dtype([torch_dtype(e.dtype)
                                                                               for e in header.entries.values()]))
-    state = unique_state(model)
-    check_dtype_kinds(state, header)
-    _fill_and_verify(state, header, manifest, record.sha256)
+    _fill_and_verify(unique_state(model), header, manifest, record.sha256)
     return model
 
 
@@ -51,8 +49,10 @@ def _checked_header(path: Path, spec: ModelSpec, registry: Registry, spec_file: 
     header = read_header(path)
     check_layer_count(header.entries, LAYER_INDEX, spec.model.n_layers, str(path), spec_file)
     meta = build_on_meta(spec, registry, spec_file)
-    expected = {n: tuple(t.shape) for n, t in unique_state(meta).items()}
-    check_shapes(expected, header.shapes(), str(path), lambda name: owner_of(meta, name))
+    state = unique_state(meta)
+    check_shapes({n: tuple(t.shape) for n, t in state.items()}, header.shapes(), str(path),
+                 lambda name: owner_of(meta, name))
+    check_dtypes({n: t.dtype for n, t in state.items()}, header_dtypes(header), str(path))  # before any byte is read
     return header
 
 

@@ -30,18 +30,21 @@ def unique_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return state  # Parameters and buffers, not copies: writing into them fills the model
 
 
-def fill(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+def fill(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]], *, source: str = "weights") -> None:
     """Copy named tensors into the model's own parameters and persistent buffers, cast to their dtype.
 
     The one way a model is filled from named tensors: a weights file, a Hugging Face import, a
-    training state. Each caller checks names and shapes against its source first (``check_shapes``);
-    ``tensors`` may be a generator, so a converted tensor lives only until it is copied. A
+    training state. Each caller checks names and shapes against its source first (``check_shapes``,
+    and ``check_dtypes`` where the dtypes are known before the bytes); ``tensors`` may be a generator,
+    so a converted tensor lives only until it is copied. The cast only ever changes a width: a tensor
+    of another kind (integers into a float parameter) is refused, naming ``source`` and the tensor. A
     checkpoint directory's file is read straight into the same tensors, verified on the way
     (``verified_weights``).
     """
     targets = model.state_dict(keep_vars=True)  # Parameters themselves: copying into them fills the model
     with torch.no_grad():
         for name, tensor in tensors:
+            check_dtypes({name: targets[name].dtype}, {name: tensor.dtype}, source)
             targets[name].copy_(tensor)
 
 
@@ -96,19 +99,61 @@ def check_shapes(
         raise CheckpointError("\n".join(lines))
 
 
-def check_dtype_kinds(state: dict[str, torch.Tensor], header: SafetensorsHeader) -> None:
-    """A float parameter is never filled from integers (or the reverse): copy_ would cast silently."""
-    lines = [f"{header.path}: tensor {name!r}: expected a {'floating' if t.is_floating_point() else 'non-floating'}"
-             f" dtype like {str(t.dtype).removeprefix('torch.')}, found {header.entries[name].dtype}"
-             for name, t in state.items() if name in header.entries
-             and t.is_floating_point() != torch_dtype(header.entries[name].dtype).is_floating_point]
+def check_dtypes(
+    expected: Mapping[str, torch.dtype],
+    found: Mapping[str, torch.dtype | str],
+    file: str,
+    describe: Callable[[str], str] = lambda name: "",
+) -> None:
+    """Every tensor whose numbers would change meaning when cast into its target, in one CheckpointError.
+
+    ``found`` holds torch dtypes, or a file's own dtype names ("I64"), which the message keeps. A cast
+    between widths of one kind (float16 into float32) keeps the meaning; across kinds (integers,
+    booleans or complex numbers into a float) ``copy_`` would change it silently.
+    """
+    lines = [f"{file}: tensor {n!r}{describe(n)}: {misfit}" for n in expected if n in found
+             if (misfit := dtype_misfit(expected[n], found[n])) is not None]
     if lines:
         raise CheckpointError("\n".join(lines))
 
 
+def dtype_misfit(expected: torch.dtype, found: torch.dtype | str) -> str | None:
+    """"expected a floating dtype like float32, found I64" when a cast would change what the numbers mean."""
+    if dtype_kind(expected) == dtype_kind(_torch_dtype(found)):
+        return None
+    article = "an" if dtype_kind(expected) == "integer" else "a"
+    return f"expected {article} {dtype_kind(expected)} dtype like {_dtype_name(expected)}, found {_dtype_name(found)}"
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """What a dtype's numbers mean, whatever their width: "floating", "complex", "bool" or "integer"."""
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "floating" if dtype.is_floating_point else "integer"
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+
+
+def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    return torch_dtype(dtype) if isinstance(dtype, str) else dtype
+
+
+def header_dtypes(header: SafetensorsHeader) -> dict[str, str]:
+    """A safetensors file's dtypes as it names them ("F32", "I64"), for ``check_dtypes``."""
+    return {name: entry.dtype for name, entry in header.entries.items()}
+
+
+COMPUTE_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)  # float8 stores, but cannot compute
+
+
 def common_float_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
-    """The one floating dtype of a checkpoint's tensors; float32 when they disagree or there is none."""
-    floats = {d for d in dtypes if d.is_floating_point}
+    """The one floating dtype a model is built in for a file's tensors; float32 when they disagree or there is
+    none. A file of float8 tensors is built in float32, which holds each of their values exactly."""
+    floats = {d for d in dtypes if d in COMPUTE_DTYPES}
     return floats.pop() if len(floats) == 1 else torch.float32
 
 

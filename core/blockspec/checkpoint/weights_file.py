@@ -13,7 +13,7 @@ from torch import nn
 
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor
-from blockspec.checkpoint.weights import check_dtype_kinds, check_shapes, fill, owner_of, tied_aliases
+from blockspec.checkpoint.weights import check_dtypes, check_shapes, fill, header_dtypes, owner_of, tied_aliases
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -26,10 +26,11 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     expected = {n: tuple(t.shape) for n, t in model.state_dict().items() if n not in aliases}
     found = {n: shape for n, shape in header.shapes().items() if n not in aliases}
     check_shapes(expected, found, str(path), lambda name: owner_of(model, name))
-    check_dtype_kinds(model.state_dict(), header)
+    check_dtypes({n: t.dtype for n, t in model.state_dict().items()}, header_dtypes(header), str(path))
     tensors = _read_all(header)
     _check_ties(path, tensors, aliases)
-    fill(model, ((name, tensor) for name, tensor in tensors.items() if name not in aliases))  # checked above
+    fill(model, ((name, tensor) for name, tensor in tensors.items() if name not in aliases),  # checked above
+         source=str(path))
 
 
 def _validated_header(path: Path) -> SafetensorsHeader:

@@ -1,4 +1,7 @@
-"""The ``blockspec`` command: subcommands in their own modules, errors as lines, never tracebacks."""
+"""The ``blockspec`` command: subcommands in their own modules, errors as lines, never tracebacks.
+
+Every line the command itself writes to stderr goes through ``cli.common``'s printer, which escapes the
+terminal controls a file, a flag or a plugin may have put in the text (``errors.printable``)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
-from blockspec.errors import BlockspecError
+from blockspec.errors import BlockspecError, printable
 from blockspec.cli.common import print_error
 from blockspec.cli import (
     check_cmd,
@@ -109,20 +112,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except _UsageError as error:
-        print(f"blockspec: error: {error} (see {error.prog} --help)", file=sys.stderr)
+        print_error(f"{error} (see {error.prog} --help)")
         return 2
     except SystemExit as done:  # --help, --version: printed; a return code, not an exception, for callers of main
         return done.code if isinstance(done.code, int) else 0
     unparsed = _swallowed_values(parser, args)
     if unparsed is not None:
-        print(f"blockspec: error: {unparsed}: expected one value, found '--' (see blockspec {args.command} --help)",
-              file=sys.stderr)
+        print_error(f"{unparsed}: expected one value, found '--' (see blockspec {args.command} --help)")
         return 2
     nul = next((v for v in vars(args).values() for v in (v if isinstance(v, list) else [v])
                 if isinstance(v, str) and "\x00" in v), None)
     if nul is not None:  # the OS refuses such a path with a ValueError; say it here, once, for every command
-        print(f"blockspec: error: {nul!r:.80}: contains a NUL character, which no path or value may hold",
-              file=sys.stderr)
+        print_error(f"{nul!r:.80}: contains a NUL character, which no path or value may hold")
         return 2
     try:
         with registry_file_override(args.registry):
@@ -138,6 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # last resort: one line, the traceback only on request
         if os.environ.get(DEBUG_ENV):
             raise
-        print(f"blockspec: internal error: {type(error).__name__}: {error} "
-              f"(set {DEBUG_ENV}=1 for the traceback, and please report it)", file=sys.stderr)
+        print(printable(f"blockspec: internal error: {type(error).__name__}: {error} "
+                        f"(set {DEBUG_ENV}=1 for the traceback, and please report it)", lines=False), file=sys.stderr)
         return 1

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockspec.errors import BlockspecError
+from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
 
@@ -37,7 +37,7 @@ def registry_with_warnings(*, probe: bool | None = None) -> Registry:
         registry = load_registry(probe=probe)
     for warning in caught:
         if issubclass(warning.category, PluginWarning):
-            print(f"blockspec: warning: {warning.message}", file=sys.stderr)
+            print_warning(warning.message)
         else:  # not ours: hand it back to the warnings machinery unchanged
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return registry
@@ -46,8 +46,19 @@ def registry_with_warnings(*, probe: bool | None = None) -> Registry:
 def print_error(message: object) -> None:
     """An error on stderr, every line prefixed: a report of several located problems keeps one per line,
     and a line break inside a value (a file name) cannot start a line without the prefix."""
-    for line in str(message).splitlines() or [""]:
-        print(f"blockspec: error: {line}", file=sys.stderr)
+    _print_prefixed("error", message)
+
+
+def print_warning(message: object) -> None:
+    """A warning on stderr, as safe to print as an error (a quarantined plugin's message quotes its exception)."""
+    _print_prefixed("warning", message)
+
+
+def _print_prefixed(level: str, message: object) -> None:
+    """The one printer of the command's own messages: terminal controls from a file or a plugin are escaped
+    (``printable``) before anything reaches the terminal, whoever built the text."""
+    for line in printable(str(message)).split("\n"):
+        print(f"blockspec: {level}: {line}", file=sys.stderr)
 
 
 # -- output ------------------------------------------------------------------------------------------------
@@ -57,9 +68,14 @@ def add_json_argument(parser: argparse.ArgumentParser, what: str = "a JSON objec
     parser.add_argument("--json", action="store_true", help=f"print {what} (indented) instead of text")
 
 
+# JSON escapes C0 in its strings itself (and its own line breaks lie between values); the rest it writes raw.
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in TERMINAL_CONTROLS if code >= 0x7F}
+
+
 def emit_json(data: Any) -> None:
-    """Every command's ``--json`` output: one document on stdout, indented by 2, keys in the order built."""
-    print(json.dumps(data, indent=2, ensure_ascii=False), flush=True)
+    """Every command's ``--json`` output: one document on stdout, indented by 2, keys in the order built.
+    A terminal control from a file is written as its JSON escape (the same value), names in any script as text."""
+    print(json.dumps(data, indent=2, ensure_ascii=False).translate(_JSON_ESCAPES), flush=True)
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> None:

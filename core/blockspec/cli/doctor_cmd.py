@@ -13,7 +13,7 @@ import sys
 from blockspec.registry.loading import STRICT_ENV, strict_default
 from blockspec.registry.policy import current_policy
 from blockspec.registry.components import Registry
-from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_table, print_warning, registry_with_warnings
 from blockspec.registry.specs import ambiguity_warnings
 
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     policy = current_policy()
     registry = registry_with_warnings(probe=True)
     for line in ambiguity_warnings(registry):
-        print(f"blockspec: warning: {line}", file=sys.stderr)
+        print_warning(line)
     report = _report(registry, policy.describe())
     if args.json:
         emit_json(report)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from blockspec.spec.kinds import KINDS
-from blockspec.cli.common import add_json_argument, emit_json, print_table, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, print_table, print_warning, registry_with_warnings
 from blockspec.registry.specs import ambiguity_warnings
 
 
@@ -20,7 +19,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     for line in ambiguity_warnings(registry):
-        print(f"blockspec: warning: {line}", file=sys.stderr)
+        print_warning(line)
     components = [c for c in registry if args.kind in (None, c.kind)]
     records = [
         {"kind": c.kind, "name": c.name, "distribution": c.distribution, "version": c.version,

@@ -11,8 +11,8 @@ from blockspec.errors import CheckpointError, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec
-from blockspec.checkpoint.weights import (build_on_meta, check_layer_count, check_shapes, common_float_dtype, fill,
-                                         unique_state)
+from blockspec.checkpoint.weights import (build_on_meta, check_dtypes, check_layer_count, check_shapes,
+                                         common_float_dtype, fill, unique_state)
 from blockspec.interop import hf_config
 from blockspec.interop.family import Family
 from blockspec.interop.hf_dir import WeightSource, open_weights, read_config
@@ -46,7 +46,7 @@ def import_hf(
         meta_state = unique_state(build_on_meta(spec, registry, str(directory / CONFIG)))
         _check(rules, meta_state, source, names, str(directory))
         model = build_unfilled(spec, registry=registry, dtype=common_float_dtype(list(source.dtypes.values())))
-        _fill(model, rules, lambda name: source.read(names[name]))
+        _fill(model, rules, lambda name: source.read(names[name]), str(directory))
     model.carried = carried_files(directory)
     model = model.to(dtype=dtype) if dtype is not None else model
     return model  # training mode, like every model blockspec builds or loads
@@ -85,8 +85,12 @@ def _check(rules: list[Rule], meta_state, source: WeightSource, names: dict[str,
     feeds = origin(rules)
     found = {canonical: source.shapes[stored] for canonical, stored in names.items()}
     check_shapes(hf_shapes(rules, meta_state), found, file, lambda name: f" (-> {feeds[name]})")
+    # each source tensor on its own: concatenating an integer q with float k and v would promote it to float
+    dtypes = {canonical: source.dtypes[stored] for canonical, stored in names.items()}
+    check_dtypes({name: meta_state[feeds[name]].dtype for name in names if name in feeds}, dtypes, file,
+                 lambda name: f" (-> {feeds[name]})")
 
 
-def _fill(model: Transformer, rules: list[Rule], read) -> None:
+def _fill(model: Transformer, rules: list[Rule], read, file: str) -> None:
     """One rule at a time: each converted tensor is freed once copied."""
-    fill(model, ((rule.target, to_blockspec([rule], read)[rule.target]) for rule in rules))
+    fill(model, ((rule.target, to_blockspec([rule], read)[rule.target]) for rule in rules), source=file)

@@ -41,7 +41,7 @@ from blockspec.spec.validators import Check
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, Tokenizer, tokenizer_bytes
 from blockspec.sources.tokenizers import tokenizer_of
 from blockspec.checkpoint.weights import tied_aliases
-from blockspec.train.state import load_model_state
+from blockspec.train.state import check_optimizer_state, check_rng_state, load_model_state
 
 FORMAT = "blockspec-train-checkpoint"
 VERSION = 1
@@ -168,13 +168,15 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
                                   file=f"{path}/{TRAINING_FILE}", error=CheckpointError)
     training = CONVERTER.unstructure(document)
     optimizer = _tensors(path, OPTIMIZER_FILE)
+    optimizer_state = unflatten_optimizer_state(optimizer, training.pop("param_groups", []))
+    check_optimizer_state(model, optimizer_state, source=f"{path}/{OPTIMIZER_FILE}")
     aliases = tied_aliases(model)
     return Checkpoint(
         spec=model.spec,
         tokenizer=_own_tokenizer(path),
         model_state={k: v.detach() for k, v in model.state_dict().items() if k not in aliases},
-        optimizer_state=unflatten_optimizer_state(optimizer, training.pop("param_groups", [])),
-        rng_state=optimizer.get("rng/cpu"),
+        optimizer_state=optimizer_state,
+        rng_state=check_rng_state(optimizer.get("rng/cpu"), source=f"{path}/{OPTIMIZER_FILE}"),
         training=training,
         carried=carried_entries(model.carried),
     )

@@ -6,13 +6,16 @@ serves a plain optimizer and FSDP2's name-keyed full state dicts.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
 
 from blockspec.errors import CheckpointError
-from blockspec.checkpoint.weights import fill, tied_aliases
+from blockspec.checkpoint.weights import check_dtypes, dtype_kind, dtype_misfit, fill, tied_aliases
+
+STEP = "step"  # AdamW's one scalar entry per parameter; its others (the moments) have the parameter's shape
 
 
 def model_state(model: nn.Module, *, sharded: bool) -> dict[str, torch.Tensor]:
@@ -33,12 +36,63 @@ def load_model_state(model: nn.Module, tensors: dict[str, torch.Tensor], *, sour
     missing, surplus = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
     if missing or surplus:
         raise CheckpointError(f"{source}: does not fit the model: missing {missing[:5]}, unexpected {surplus[:5]}")
+    targets = model.state_dict()
     for name, tensor in tensors.items():
-        target = model.get_parameter(name) if name in dict(model.named_parameters()) else model.get_buffer(name)
-        if target.shape != tensor.shape:
-            raise CheckpointError(f"{source}: tensor {name}: expected shape {tuple(target.shape)}, "
+        if targets[name].shape != tensor.shape:
+            raise CheckpointError(f"{source}: tensor {name}: expected shape {tuple(targets[name].shape)}, "
                                   f"found {tuple(tensor.shape)}")
-    fill(model, tensors.items())
+    check_dtypes({name: targets[name].dtype for name in tensors}, {n: t.dtype for n, t in tensors.items()}, source)
+    fill(model, tensors.items(), source=source)
+
+
+def check_optimizer_state(model: nn.Module, state: dict[str, Any], *, source: str) -> None:
+    """Every tensor of a name-keyed AdamW state fits its parameter, in one CheckpointError: a moment has the
+    parameter's shape and kind of dtype, a step is one finite count. Loading casts and broadcasts silently,
+    and a misfit fails only mid-step."""
+    parameters = dict(model.named_parameters())
+    lines = [f"{source}: tensor 'state/{name}/{key}': {problem}"
+             for name, entries in state["state"].items() if name in parameters  # others: load_optimizer_state
+             for key, value in entries.items()
+             if (problem := _misfit(parameters[name], key, value)) is not None]
+    if lines:
+        raise CheckpointError("\n".join(lines))
+
+
+def _misfit(parameter: torch.Tensor, key: str, value: Any) -> str | None:
+    """What is wrong with one optimizer state entry of ``parameter``, or None."""
+    if key == STEP:
+        return _step_misfit(value)
+    if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(parameter.shape):
+        found = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        return f"expected shape {list(parameter.shape)} (the parameter's), found {found}"
+    return dtype_misfit(parameter.dtype, value.dtype)
+
+
+def _step_misfit(value: Any) -> str | None:
+    expected = "expected a step count (one finite number >= 0), found"
+    step = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+    if step.numel() != 1:
+        return f"{expected} shape {list(step.shape)}"
+    if dtype_kind(step.dtype) not in ("floating", "integer"):
+        return f"{expected} {_name(step.dtype)}"
+    number = step.item()
+    return None if math.isfinite(number) and number >= 0 else f"{expected} {number}"
+
+
+def check_rng_state(state: torch.Tensor | None, *, source: str) -> torch.Tensor | None:
+    """``state`` if it is a CPU generator's state (uint8, the generator's size): torch refuses anything else
+    only when a resumed run sets it, mid-start."""
+    if state is None:
+        return None
+    expected = torch.get_rng_state()
+    if state.dtype != expected.dtype or tuple(state.shape) != tuple(expected.shape):
+        raise CheckpointError(f"{source}: tensor 'rng/cpu': expected the CPU generator's state, {_name(expected.dtype)} "
+                              f"of shape {list(expected.shape)}, found {_name(state.dtype)} of shape {list(state.shape)}")
+    return state
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, *, sharded: bool) -> dict[str, Any]:
