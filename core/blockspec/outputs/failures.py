@@ -41,7 +41,7 @@ def write_failure(target: Path, error: OSError, *, staging: Path | None = None,
     if error.errno not in NO_SPACE:
         return OutputError(Problem(file=place, message=f"cannot be written: {reason}",
                                    hint="choose a place this process can write"))
-    return OutputError(Problem(file=place, message=f"cannot be written: {reason}{_space(target, staging, needed)}",
+    return OutputError(Problem(file=place, message=f"cannot be written: {reason}{_space(target, error, staging, needed)}",
                                hint=_space_hint(error)))
 
 
@@ -54,15 +54,16 @@ def _place(target: Path, error: OSError, staging: Path | None) -> str:
     return str(target) if inside or failing.name.startswith(f".{target.name}.tmp-") else str(failing)
 
 
-def _space(target: Path, staging: Path | None, needed: int | None) -> str:
+def _space(target: Path, error: OSError, staging: Path | None, needed: int | None) -> str:
+    """What the output needed (or had written when it failed) and what the place allows."""
     parts = []
     if needed is not None:
         parts.append(f"it needs {byte_size(needed)}")
-    elif staging is not None and staging.exists():
+    elif staging is not None and staging.exists() and tree_size(staging):
         parts.append(f"{byte_size(tree_size(staging))} were written before it failed")
-    free = _free_space(target)
-    if free is not None:
-        parts.append(f"{byte_size(free)} free there")
+    allowed = _size_limit() if error.errno == errno.EFBIG else _free_space(target)
+    if allowed is not None:
+        parts.append(f"{byte_size(allowed)} {'per file allowed' if error.errno == errno.EFBIG else 'free there'}")
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -70,6 +71,16 @@ def _space_hint(error: OSError) -> str:
     if error.errno == errno.EFBIG:
         return "raise the file-size limit (ulimit -f) or choose another place"
     return "free some space or choose another place"
+
+
+def _size_limit() -> int | None:
+    """This process's file-size limit (``ulimit -f``), where there is one."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _free_space(target: Path) -> int | None:
