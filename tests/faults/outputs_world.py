@@ -35,6 +35,16 @@ class World:
     outputs: dict[str, Path]
 
 
+_WORLD: list[World] = []
+
+
+def shared_world(tmp_path_factory) -> World:
+    """The world, made once per session for every outputs fault test (it trains and exports: seconds)."""
+    if not _WORLD:
+        _WORLD.append(make_world(tmp_path_factory.mktemp("outputs-world")))
+    return _WORLD[0]
+
+
 def make_world(root: Path) -> World:
     assets = make_assets(root)
     tokenizer, data = root / "tok", assets.data

@@ -20,7 +20,7 @@ from blockspec.interop.hf_layout import EXPORT
 from blockspec.train.plot import PLOT_IMAGE
 from blockspec.train.sweep import SWEEP
 
-from .outputs_world import PNG_SIGNATURE, World, command_line, make_world, one_error_line, run, tree
+from .outputs_world import PNG_SIGNATURE, World, command_line, shared_world, one_error_line, run, tree
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("matplotlib")
@@ -31,7 +31,7 @@ FILE_COMMANDS = {"explore": "out.html", "trace --plot": "out.png", "train --plot
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("outputs-force"))
+    return shared_world(tmp_path_factory)
 
 
 def foreign_folder(root):

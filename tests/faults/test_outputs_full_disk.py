@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .outputs_world import (NO_SPACE_WORDS, World, command_line, copy_output, full_disk, make_world, one_error_line,
+from .outputs_world import (NO_SPACE_WORDS, World, command_line, copy_output, full_disk, shared_world, one_error_line,
                             run, tree)
 
 pytest.importorskip("tokenizers")
@@ -21,7 +21,7 @@ REPLACED = ("train", "import-hf", "export-hf", "export", "tokenizer train", "dat
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("outputs-full"))
+    return shared_world(tmp_path_factory)
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export-hf", help="export a checkpoint to the Hugging Face layout")
     parser.add_argument("checkpoint", metavar="CKPT", help="blockspec checkpoint directory")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to write")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it is an export (config.json, model.safetensors and the files export writes)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace DIR if it is an export (config.json, model.safetensors and the files export writes)")
     add_json_argument(parser, "a JSON object (checkpoint, directory, files, carried)")
     parser.set_defaults(run=run)
 

@@ -41,8 +41,8 @@ def write_failure(target: Path, error: OSError, *, staging: Path | None = None,
     if error.errno not in NO_SPACE:
         return OutputError(Problem(file=place, message=f"cannot be written: {reason}",
                                    hint="choose a place this process can write"))
-    return OutputError(Problem(file=place, message=f"cannot be written: {reason}{_space(target, error, staging, needed)}",
-                               hint=_space_hint(error)))
+    space = _space(target, error, staging, needed)
+    return OutputError(Problem(file=place, message=f"cannot be written: {reason}{space}", hint=_space_hint(error)))
 
 
 def _place(target: Path, error: OSError, staging: Path | None) -> str:
