@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import add_json_argument, emit_json
+from blockspec.cli.common import UsageError, add_json_argument, emit_json
+from blockspec.errors import OutputError
 from blockspec.cli.model_input import add_model_arguments, subject_of
 from blockspec.outputs.targets import check_writable_target
 
@@ -24,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.trace import trace
 
     # the page replaces an older explorer page of that name (as before), never another file, a folder or an input
-    check_writable_target(args.out, kind=EXPLORER_PAGE, overwrite=True, inputs=[args.spec, args.weights])
+    try:
+        check_writable_target(args.out, kind=EXPLORER_PAGE, overwrite=True, inputs=[args.spec, args.weights])
+    except OutputError as error:
+        raise UsageError(f"--out: {error}") from None
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
     tokenizer = subject.tokenizer.describe() if subject.tokenizer else None
