@@ -227,8 +227,7 @@ def test_library_errors_name_parameters_not_flags(tmp_path, registry):
         make_config({"lr": 0.0})
     assert "--" not in str(caught.value)
     model = blockspec.build(llama_spec(registry, kv=2, tied=True), registry=registry)
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "keep").write_text("x")
+    export_hf(model, tmp_path / "out")  # an export there: replacing it is what overwrite asks
     with pytest.raises(CheckpointError, match="pass overwrite=True to replace it") as caught:
         export_hf(model, tmp_path / "out")
     assert "--" not in str(caught.value)

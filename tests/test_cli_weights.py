@@ -62,15 +62,19 @@ def test_import_dtype_conversion(capsys, tmp_path, hf_llama):
     assert next(load(tmp_path / "c").parameters()).dtype == torch.bfloat16
 
 
-def test_export_refuses_an_existing_directory_without_force(capsys, tmp_path, registry):
+def test_export_refuses_an_existing_export_without_force_and_any_other_directory_always(capsys, tmp_path, registry):
     model = randomized(blockspec.build(gpt2_spec(registry), registry=registry))
     blockspec.save(model, tmp_path / "ckpt")
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "keep.txt").write_text("x")
+    assert run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "out")[0] == 0
     code, _, err = run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "out")
     assert code == 2 and "already exists; pass --force to replace it" in err
     assert run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "out", "--force")[0] == 0
-    assert not (tmp_path / "out" / "keep.txt").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "keep.txt").write_text("x")
+    for force in ([], ["--force"]):
+        code, _, err = run(capsys, "export-hf", tmp_path / "ckpt", "--out", tmp_path / "mine", *force)
+        assert code == 2 and "is not a Hugging Face export; refusing to replace it" in err, err
+    assert (tmp_path / "mine" / "keep.txt").read_text() == "x"
 
 
 def test_export_of_a_model_hugging_face_cannot_hold_says_why(capsys, tmp_path, registry):

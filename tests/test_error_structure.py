@@ -12,7 +12,7 @@ import blockspec
 from blockspec.cli import (export_cmd, model_input, export_weights_cmd, generate_cmd, import_cmd, main, sweep_cmd, trace_cmd,
                            train_cmd)
 from blockspec.cli.common import flag_names
-from blockspec.checkpoint.outputs import OutputExistsError
+from blockspec.outputs import OutputExistsError
 from blockspec.errors import BlockspecError, CheckpointError, Problem, SpecError
 from blockspec.interop.hf_dir import open_weights
 from blockspec.train.generate import generate

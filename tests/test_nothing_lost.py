@@ -20,9 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blockspec
-from blockspec.checkpoint import atomic, outputs
+from blockspec import outputs
+from blockspec.checkpoint import atomic
 from blockspec.checkpoint.directory import TRAINING_FILES, load, read_checkpoint_manifest, save
-from blockspec.checkpoint.outputs import OutputExistsError, check_writable_target
+from blockspec.checkpoint.layout import CHECKPOINT
+from blockspec.outputs import OutputExistsError, check_writable_target
 from blockspec.cli import main
 from blockspec.errors import CheckpointError
 from blockspec.interop import export_hf
@@ -37,6 +39,7 @@ from .weights_helpers import gpt2_spec, randomized
 SPEC = spec_text(name="micro", vocab_size=len(set(small_play())), context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=32)
 FAST = ["--batch-size", "2", "--eval-batches", "1", "--eval-every", "0", "--quiet"]
 ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +214,8 @@ def test_no_command_writes_over_an_existing_output_or_its_input(world, capsys, m
                                                                  how):
     """Without --force every existing target is refused; with it, files, foreign directories and
     the command's own input still are. Always exit 2, one line, the target byte-identical, no training."""
-    if force and (kind == "checkpoint" or (kind == "foreign" and command == "export-hf")):
+    own_kind = kind == "checkpoint" and command != "export-hf"  # export-hf writes an export, never a checkpoint
+    if force and own_kind:
         return  # replacing is what --force asks for
     if how == "slash" and kind == "file" or (how == "slash" and kind == "input" and command == "train"):
         how = "plain"  # "file/" is not a spelling of a file
@@ -227,7 +231,7 @@ def test_no_command_writes_over_an_existing_output_or_its_input(world, capsys, m
         assert code == 2, (argv, out, err)
         assert len(err.strip().splitlines()) == 1 and err.startswith("blockspec: error: "), err
         assert "overwrite=True" not in err
-        assert ("--force" in err) == (kind == "checkpoint" or (kind == "foreign" and command == "export-hf")), err
+        assert ("--force" in err) == own_kind, err
         assert tree(target) == before and not started
         assert sorted(p.name for p in root.iterdir()) == ["t", "x"]
 
@@ -256,7 +260,7 @@ def test_every_output_is_checked_before_step_one(world, tmp_path, capsys, monkey
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "notes.txt").write_text("x")
     (tmp_path / "afile").write_text("x")
-    (tmp_path / "old.png").write_bytes(b"old")
+    (tmp_path / "old.png").write_bytes(PNG_SIGNATURE + b"old")
     args = {"foreign-out": ["--out", tmp_path / "foreign"], "plot-suffix": ["--plot", tmp_path / "x.jpgg"],
             "plot-parent-is-file": ["--plot", tmp_path / "afile" / "sub" / "x.png"],
             "no-matplotlib": ["--plot", tmp_path / "x.png"], "plot-exists": ["--plot", tmp_path / "old.png"]}[problem]
@@ -303,7 +307,7 @@ def test_train_refuses_before_training_or_writes_every_output(world, capsys, mon
     with tempfile.TemporaryDirectory() as temporary:
         root = Path(temporary)
         (root / "afile").write_text("x")
-        (root / "exists.png").write_bytes(b"old")
+        (root / "exists.png").write_bytes(PNG_SIGNATURE + b"old")  # a picture: --force may replace it
         (root / "foreign").mkdir()
         (root / "foreign" / "n.txt").write_text("x")
         (root / "file").write_text("x")
@@ -409,5 +413,5 @@ def test_check_writable_target_refuses_the_input_by_inode(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "ckpt")
     for spelling in (tmp_path / "link", tmp_path / "ckpt" / ".." / "ckpt", tmp_path):
         with pytest.raises(CheckpointError, match="input"):
-            check_writable_target(spelling, overwrite=True, inputs=[tmp_path / "ckpt"])
+            check_writable_target(spelling, kind=CHECKPOINT, overwrite=True, inputs=[tmp_path / "ckpt"])
     assert hashlib.sha256((tmp_path / "ckpt" / "manifest.json").read_bytes()).hexdigest()

@@ -34,7 +34,7 @@ MOVED = {
     "explore": "inspect.explore", "explore.page": "inspect.explore.page", "explore.export": "inspect.explore.export",
     "generate": "train.generate", "tokenizer": "data.tokenizer", "interop.sources": "sources",
     "train.tokenizer": "data.tokenizer", "train.textfiles": "data.textfiles", "train.prepared": "data.prepared",
-    "train.data": "data.dataset",
+    "train.data": "data.dataset", "checkpoint.outputs": "outputs",
 }
 PREFIX = "blockspec."
 

@@ -163,6 +163,11 @@ class CheckpointError(BlockspecError, ValueError):
     """A checkpoint or weights file is missing, corrupt or does not fit."""
 
 
+class OutputError(CheckpointError):
+    """An output cannot be written where it was asked for: it would replace what blockspec did not write,
+    or the file system refused (a full disk, a read-only place); the old output is still there."""
+
+
 class FieldError(ValueError):
     """Raised by config validators; names the offending field for the error path.
 

@@ -14,6 +14,10 @@ Replacing (``overwrite=True``) uses ``renameat2(RENAME_EXCHANGE)``. Where the ex
 unavailable the old directory is first renamed to ``.<name>.previous``; ``previous_of`` names
 it, so a reader can fall back to it if a kill hit between the renames. Either way the old
 directory is kept until the new one is complete.
+
+Any OSError on the way (a full disk, a read-only place) is an ``OutputError`` naming the target
+(``outputs/failures.py``); the staging directory is removed, and one left by a killed writer is
+removed by the next writer of the same target (``outputs/staging.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from blockspec.checkpoint.outputs import OutputExistsError, apply_umask
+from blockspec.outputs.atomic_file import fsync_path as _fsync_path
+from blockspec.outputs.failures import output_errors
+from blockspec.outputs.modes import apply_umask
+from blockspec.outputs.staging import own_staging_prefix, remove_stale_staging
+from blockspec.outputs.targets import OutputExistsError
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -42,42 +50,19 @@ def atomic_directory(target: Path, *, overwrite: bool = False) -> Iterator[Path]
     Without ``overwrite`` an existing ``target`` (other than an empty directory) is left alone
     and ``OutputExistsError`` raised, even if it appeared while the files were being written.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target)
-    staging = Path(tempfile.mkdtemp(prefix=f"{_staging_prefix(target)}{os.getpid()}-", dir=target.parent))
+    with output_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target)
+        staging = Path(tempfile.mkdtemp(prefix=own_staging_prefix(target), dir=target.parent))
     try:
-        yield staging
-        apply_umask(staging)
-        sync_tree(staging)
-        _install(staging, target, overwrite)
+        with output_errors(target, staging=staging):
+            yield staging
+            apply_umask(staging)
+            sync_tree(staging)
+            _install(staging, target, overwrite)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def _staging_prefix(target: Path) -> str:
-    return f".{target.name}.tmp-"
-
-
-def remove_stale_staging(target: Path) -> list[Path]:
-    """Delete staging directories of writers that were killed: their process no longer exists."""
-    removed = []
-    for staging in target.parent.glob(f"{_staging_prefix(target)}*"):
-        pid_text = staging.name.removeprefix(_staging_prefix(target)).split("-", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
-            shutil.rmtree(staging, ignore_errors=True)
-            removed.append(staging)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
 
 
 def previous_of(target: Path) -> Path:
@@ -91,14 +76,6 @@ def sync_tree(root: Path) -> None:
         for name in files:
             _fsync_path(Path(directory) / name, os.O_RDONLY)
         _fsync_path(Path(directory), os.O_RDONLY | os.O_DIRECTORY)
-
-
-def _fsync_path(path: Path, flags: int) -> None:
-    fd = os.open(path, flags)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _install(staging: Path, target: Path, overwrite: bool) -> None:

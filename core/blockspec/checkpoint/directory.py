@@ -28,12 +28,13 @@ from typing import Any
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
 from blockspec.errors import CheckpointError, SpecError
 from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
 from blockspec.checkpoint.layout import (
+    CHECKPOINT,
     MANIFEST_FILE,
     RESERVED,
     SPEC_FILE,
@@ -87,7 +88,7 @@ def save(
     spec = _spec_of(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
     files.update(_checked_extra_files({**carried_entries(getattr(model, "carried", {})), **(extra_files or {})}))
-    check_writable_target(target, kind="checkpoint", overwrite=overwrite)
+    check_writable_target(target, kind=CHECKPOINT, overwrite=overwrite)
     with atomic_directory(target, overwrite=overwrite) as staging:
         for name, data in files.items():
             (staging / name).parent.mkdir(exist_ok=True)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from blockspec.outputs.kinds import directory_kind
+
 MANIFEST_FILE = "manifest.json"
 SPEC_FILE = "spec.toml"
 WEIGHTS_FILE = "model.safetensors"
@@ -29,6 +31,8 @@ CARRIED_PREFIX = "hf/"
 RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE)
 # Only resuming training reads these: the model is whole without them, so a load tolerates their absence.
 TRAINING_FILES = frozenset({OPTIMIZER_FILE, TRAINING_FILE})
+# what ``--force`` may replace with a checkpoint: a directory with a manifest (its files are the manifest's)
+CHECKPOINT = directory_kind("a blockspec checkpoint", markers=(MANIFEST_FILE,))
 
 
 def is_checkpoint(path: str | Path) -> bool:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import os
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,8 +212,20 @@ def torch_dtype(name: str) -> Any:
 
 
 def write_file(tensors: dict[str, Any], path: Path, metadata: dict[str, str] | None = None) -> None:
-    """Write with the reference implementation; tensors must not share storage (the caller dedups)."""
+    """Write with the reference implementation; tensors must not share storage (the caller dedups).
+
+    The library reports a failed write (a full disk) as a SafetensorError carrying the OS's
+    error number in its text: it is raised again as the OSError it was, so the writer above
+    (``atomic_directory``) names the output and the space.
+    """
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     contiguous = {name: tensor.detach().contiguous() for name, tensor in tensors.items()}
-    save_file(contiguous, str(path), metadata=metadata)
+    try:
+        save_file(contiguous, str(path), metadata=metadata)
+    except SafetensorError as error:
+        code = re.search(r"\(os error (\d+)\)", str(error))
+        if code is None:
+            raise
+        raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from error

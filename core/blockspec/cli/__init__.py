@@ -136,9 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as error:  # the file system refused a named file (writers say more: outputs/failures.py)
+        if error.filename is None:
+            return _internal_error(error)
+        print_error(f"{os.fsdecode(error.filename)}: {error.strerror or error}")
+        return 2
     except Exception as error:  # last resort: one line, the traceback only on request
-        if os.environ.get(DEBUG_ENV):
-            raise
-        print(printable(f"blockspec: internal error: {type(error).__name__}: {error} "
-                        f"(set {DEBUG_ENV}=1 for the traceback, and please report it)", lines=False), file=sys.stderr)
-        return 1
+        return _internal_error(error)
+
+
+def _internal_error(error: Exception) -> int:
+    if os.environ.get(DEBUG_ENV):
+        raise error
+    print(printable(f"blockspec: internal error: {type(error).__name__}: {error} "
+                    f"(set {DEBUG_ENV}=1 for the traceback, and please report it)", lines=False), file=sys.stderr)
+    return 1

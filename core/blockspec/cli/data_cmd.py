@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names
 
 
@@ -18,25 +17,26 @@ def add_parser(subparsers) -> None:
                          help="a directory with tokenizer.json (blockspec tokenizer train, a Hugging Face model), "
                               "a blockspec checkpoint carrying one, or 'char' (the text's own characters)")
     prepare.add_argument("--out", required=True, metavar="DIR", help="directory to write")
-    prepare.add_argument("--force", action="store_true", help="replace --out if it exists")
+    prepare.add_argument("--force", action="store_true", help="replace --out if it is a prepared dataset")
     prepare.add_argument("--quiet", action="store_true", help="no progress bar")
     add_json_argument(prepare, "the dataset's meta.json document")
     prepare.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from blockspec.data.prepared import prepare
+    from blockspec.data.prepared import PREPARED, prepare
+    from blockspec.outputs.targets import check_writable_target
     from blockspec.data.textfiles import check_text_files
     from blockspec.sources import tokenizer_at
     from blockspec.train.progress import Progress
 
     with flag_names({"overwrite": "--force"}):
-        check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[*args.files, args.tokenizer])
-    tokenizer = tokenizer_at(args.tokenizer)
-    total = check_text_files(args.files)
-    with Progress(total=total, unit="B", scale=True, description="tokenising",
-                  enabled=not (args.quiet or args.json)) as bar:  # bytes of text read so far
-        meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.advance)
+        check_writable_target(args.out, kind=PREPARED, overwrite=args.force, inputs=[*args.files, args.tokenizer])
+        tokenizer = tokenizer_at(args.tokenizer)
+        total = check_text_files(args.files)
+        with Progress(total=total, unit="B", scale=True, description="tokenising",
+                      enabled=not (args.quiet or args.json)) as bar:  # bytes of text read so far
+            meta = prepare(args.files, tokenizer, args.out, overwrite=args.force, progress=bar.advance)
     if args.json:
         emit_json(meta)
     else:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target
-from blockspec.errors import CheckpointError
 from blockspec.cli.common import UsageError, add_json_argument, emit_json
+from blockspec.errors import OutputError
 from blockspec.cli.model_input import add_model_arguments, subject_of
+from blockspec.outputs.targets import check_writable_target
 
 
 def add_parser(subparsers) -> None:
@@ -20,24 +20,21 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.explore.export import explorer_data
-    from blockspec.inspect.explore.page import write_page
+    from blockspec.inspect.explore.page import EXPLORER_PAGE, write_page
     from blockspec.inspect.subject import label_of
     from blockspec.inspect.trace import trace
 
-    # the page replaces a file of that name (as before), never a folder, an input or an unwritable place
+    # the page replaces an older explorer page of that name (as before), never another file, a folder or an input
     try:
-        check_writable_target(args.out, kind="file", overwrite=True, inputs=[args.spec, args.weights])
-    except CheckpointError as error:
+        check_writable_target(args.out, kind=EXPLORER_PAGE, overwrite=True, inputs=[args.spec, args.weights])
+    except OutputError as error:
         raise UsageError(f"--out: {error}") from None
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
     tokenizer = subject.tokenizer.describe() if subject.tokenizer else None
     data = explorer_data(subject.model, result, ids=subject.ids, weights=subject.weights,
                          label_of=lambda i: label_of(subject.tokenizer, i), tokenizer=tokenizer)
-    try:
-        path = write_page(data, args.out)
-    except OSError as error:
-        raise UsageError(f"--out: {args.out}: cannot write the page: {error.strerror or error}") from None
+    path = write_page(data, args.out)
     size = path.stat().st_size
     if args.json:
         emit_json({"page": str(path), "bytes": size, "stages": len(result), "model": subject.model.spec.model.name,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.interop.hf_layout import EXPORT
+from blockspec.outputs.targets import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 FLAGS = {"overwrite": "--force"}
@@ -14,14 +15,15 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("export-hf", help="export a checkpoint to the Hugging Face layout")
     parser.add_argument("checkpoint", metavar="CKPT", help="blockspec checkpoint directory")
     parser.add_argument("--out", required=True, metavar="DIR", help="directory to write")
-    parser.add_argument("--force", action="store_true", help="replace DIR if it exists")
+    parser.add_argument("--force", action="store_true",
+                        help="replace DIR if it is an export (config.json, model.safetensors and the files export writes)")
     add_json_argument(parser, "a JSON object (checkpoint, directory, files, carried)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
-        check_writable_target(args.out, kind="directory", overwrite=args.force, inputs=[args.checkpoint])
+        check_writable_target(args.out, kind=EXPORT, overwrite=args.force, inputs=[args.checkpoint])
         return _export(args)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.checkpoint.layout import CHECKPOINT
+from blockspec.outputs.targets import check_writable_target
 from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
 
 FLAGS = {"overwrite": "--force"}
@@ -24,7 +25,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
-        check_writable_target(args.out, kind="checkpoint", overwrite=args.force, inputs=[args.checkpoint])
+        check_writable_target(args.out, kind=CHECKPOINT, overwrite=args.force, inputs=[args.checkpoint])
         return _export(args)
 
 

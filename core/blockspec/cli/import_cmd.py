@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.checkpoint.layout import CHECKPOINT
+from blockspec.outputs.targets import check_writable_target
 from blockspec.cli.common import UsageError, add_json_argument, emit_json, flag_names, registry_with_warnings
 
 DTYPES = ("keep", "float32", "bfloat16", "float16")
@@ -26,7 +27,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
-        check_writable_target(args.out, kind="checkpoint", overwrite=args.force, inputs=[args.directory])
+        check_writable_target(args.out, kind=CHECKPOINT, overwrite=args.force, inputs=[args.directory])
         return _import(args)
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from blockspec.errors import BlockspecError
-from blockspec.cli.common import (UsageError, add_json_argument, add_plot_argument, check_plot_file, emit_json,
+from blockspec.cli.common import (add_json_argument, add_plot_argument, check_plot_file, emit_json,
                                   non_negative_int, print_table)
 from blockspec.cli.model_input import add_model_arguments, subject_of
+from blockspec.outputs.targets import check_writable_target
+from blockspec.train.plot import PLOT_IMAGE
 
 if TYPE_CHECKING:
     from blockspec.inspect.subject import Subject
@@ -42,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.trace import trace
 
     plot = check_plot_file(args.plot)
+    if plot is not None:  # a picture replaces an older picture (no --force: a plot is made again), nothing else
+        check_writable_target(plot, kind=PLOT_IMAGE, overwrite=True, inputs=[args.spec, args.weights])
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
     stages = [s for s in result.stages if args.stage is None or fnmatch.fnmatchcase(s.name, args.stage)]
@@ -63,10 +67,7 @@ def _plots(plot: Path | None, result, subject: Subject) -> list[str]:
         return []
     from blockspec.inspect.plots import write_plots_beside
 
-    try:
-        return [str(p) for p in write_plots_beside(result, subject.model, plot, subject.labels)]
-    except OSError as error:
-        raise UsageError(f"--plot: {error.filename or plot}: cannot write the picture: {error.strerror}") from None
+    return [str(p) for p in write_plots_beside(result, subject.model, plot, subject.labels)]
 
 
 def _stage_json(stage, with_values: bool) -> dict:

@@ -7,7 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from blockspec.checkpoint.outputs import check_writable_target, same_path
+from blockspec.checkpoint.layout import CHECKPOINT
+from blockspec.outputs.targets import check_writable_target, same_path
+from blockspec.train.plot import PLOT_IMAGE
 from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
                                   memory_limit, positive_float, positive_int, registry_with_warnings,
@@ -96,10 +98,10 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.out:
         spec_is_resumed = resuming_in_place and same_path(args.spec, args.resume)  # train CKPT --resume CKPT
         inputs = [None if spec_is_resumed else args.spec, args.data, None if resuming_in_place else args.resume]
-        check_writable_target(args.out, kind="checkpoint", overwrite=args.force or resuming_in_place, inputs=inputs)
+        check_writable_target(args.out, kind=CHECKPOINT, overwrite=args.force or resuming_in_place, inputs=inputs)
     if args.plot:
         check_plot_file(args.plot)
-        check_writable_target(args.plot, kind="file", overwrite=args.force,
+        check_writable_target(args.plot, kind=PLOT_IMAGE, overwrite=args.force,
                               inputs=[args.spec, args.data, args.resume, args.out])
     args.replace_out = args.force or resuming_in_place
 

@@ -3,7 +3,8 @@
 ``prepare`` streams the text in pieces (constant memory, whatever the corpus size), appends every
 token to ``train.bin``, then moves the last 10% to ``val.bin``: the same 90/10 split as
 ``CharDataset``. ``meta.json`` records the tokenizer's sha256, so data and tokenizer cannot be
-mixed up silently; the tokenizer itself is copied beside the arrays.
+mixed up silently; the tokenizer itself is copied beside the arrays. The directory is written
+atomically (``atomic_directory``), and replaces only a prepared dataset (``PREPARED``).
 
 ``PreparedDataset.batch`` draws windows exactly as ``CharDataset.batch`` does (same generator,
 same offsets), so a batch is still a pure function of (seed, stream, index).
@@ -14,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,6 +23,9 @@ import numpy as np
 import torch
 from attrs import frozen
 
+from blockspec.checkpoint.atomic import atomic_directory
+from blockspec.outputs.kinds import directory_kind
+from blockspec.outputs.targets import check_writable_target
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
 from blockspec.data.dataset import TRAIN_FRACTION, DataError
@@ -37,6 +40,9 @@ SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
+# what ``data prepare --force`` may replace: a directory holding what prepare writes and nothing else
+PREPARED = directory_kind("a prepared dataset", markers=(META_FILE,),
+                          entries=(META_FILE, *SPLIT_FILES.values(), TOKENIZER_FILE))
 
 AnyTokenizer = CharTokenizer | HFTokenizer
 
@@ -66,21 +72,14 @@ def prepare(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: st
             overwrite: bool = False, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Tokenise ``paths`` into ``out`` (train.bin, val.bin, tokenizer.json, meta.json); returns meta.json.
 
-    Written in a sibling folder first and renamed at the end, so ``out`` is never half-written.
-    ``progress`` is told how many bytes of text each piece held.
+    Written beside ``out`` and renamed at the end, so ``out`` is never half-written, and an old
+    dataset there survives any failure. ``progress`` is told how many bytes of text each piece held.
     """
+    target = check_writable_target(out, kind=PREPARED, overwrite=overwrite, inputs=paths)
     check_text_files(paths)
     tokenizer = tokenizer or char_tokenizer(paths)
-    target = Path(out)
-    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
-        meta = _write(paths, tokenizer, partial, progress)
-        _replace(partial, target, overwrite)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return meta
+    with atomic_directory(target, overwrite=overwrite) as staging:
+        return _write(paths, tokenizer, staging, progress)
 
 
 def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
@@ -131,14 +130,6 @@ def _split(folder: Path, dtype: np.dtype) -> dict[str, int]:
             val.write(block)
     os.truncate(train, cut * dtype.itemsize)
     return {"train": cut, "val": total - cut}
-
-
-def _replace(partial: Path, target: Path, overwrite: bool) -> None:
-    if target.exists():
-        if any(target.iterdir()) and not overwrite:
-            raise DataError(f"{target}: already exists; pass --force to replace it")
-        shutil.rmtree(target)
-    partial.rename(target)
 
 
 # ---------------------------------------------------------------- reading

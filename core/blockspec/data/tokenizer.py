@@ -15,13 +15,18 @@ from typing import Any, Protocol
 
 from attrs import field, frozen
 
+from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.errors import BlockspecError, Problem
+from blockspec.outputs.kinds import directory_kind
+from blockspec.outputs.targets import check_writable_target
 
 # The sorted set of characters of the Tiny Shakespeare text: the 65-token vocabulary of the
 # chapter's character model (id 0 is "\n", id 1 is " ", ...).
 TINY_SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 TOKENIZER_FILE = "tokenizer.json"  # a tokenizer directory's one file (blockspec tokenizer train writes it)
+# what ``tokenizer train --force`` may replace: a directory holding its tokenizer.json and nothing else
+TOKENIZER_DIRECTORY = directory_kind("a tokenizer directory", markers=(TOKENIZER_FILE,), entries=(TOKENIZER_FILE,))
 CHAR = "char"  # the name that asks for a text's own characters instead of a tokenizer directory
 BYTE_VOCAB = 256
 MAX_VOCAB = 2**32  # ids 0..2^32-1: what a prepared dataset's uint32 files hold
@@ -224,11 +229,15 @@ def stand_in_tokenizer(vocab_size: int) -> Tokenizer:
         hint="give {token_ids} instead of {text}", names={"token_ids": "token ids", "text": "text"}))
 
 
-def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path) -> Path:
-    """A tokenizer directory: ``directory/tokenizer.json``, as ``blockspec tokenizer train`` leaves it."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TOKENIZER_FILE).write_bytes(tokenizer.data)
+def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path, *, overwrite: bool = False) -> Path:
+    """A tokenizer directory: ``directory/tokenizer.json``, as ``blockspec tokenizer train`` leaves it.
+
+    Written whole and atomically; an existing tokenizer directory is replaced only with
+    ``overwrite``, and any other directory never (``TOKENIZER_DIRECTORY``).
+    """
+    out = check_writable_target(directory, kind=TOKENIZER_DIRECTORY, overwrite=overwrite)
+    with atomic_directory(out, overwrite=overwrite) as staging:
+        (staging / TOKENIZER_FILE).write_bytes(tokenizer.data)
     return out / TOKENIZER_FILE
 
 

@@ -14,7 +14,8 @@ import torch
 
 from blockspec.modules.transformer import Transformer
 from blockspec.inspect.trace import SECTIONS, Trace
-from blockspec.train.plot import MissingDependencyError, pyplot  # noqa: F401 (the error's old import path)
+from blockspec.outputs.targets import check_writable_target
+from blockspec.train.plot import PLOT_IMAGE, MissingDependencyError, pyplot, save_figure  # noqa: F401 (old path)
 
 MAX_POSITIONS_SHOWN = 256
 ANNOTATE_UP_TO = 8  # write the value in each attention cell when N is at most this
@@ -49,9 +50,22 @@ class _SiblingFiles:
         return self.target.with_name(f"{self.target.stem}-{picture}{self.target.suffix}")
 
 
+def _check_pictures(trace: Trace, model: Transformer, out: _SiblingFiles) -> None:
+    """Every picture about to be written replaces at most an older picture (a plot is a view, made again)."""
+    names = ["stages.png", *map(_attention_file, trace.select("*.attn.weights"))]
+    names += ["positional.png"] if model.positional.adds or model.positional.rotates else []
+    for name in names:
+        check_writable_target(out / name, kind=PLOT_IMAGE, overwrite=True)
+
+
+def _attention_file(stage: str) -> str:
+    return f"{stage.replace('.attn.weights', '')}.attention.png"
+
+
 def write_plots_beside(trace: Trace, model: Transformer, file: str | Path, labels: Sequence[str]) -> list[Path]:
     """The stage overview in ``file``, then one sibling per attention layer and the positional encoding."""
     out, plt = _SiblingFiles(Path(file)), pyplot()
+    _check_pictures(trace, model, out)
     written = [plot_overview(plt, trace, out)]
     written += [plot_attention(plt, name, w[0], labels, out) for name, w in trace.select("*.attn.weights").items()]
     if model.positional.adds or model.positional.rotates:
@@ -78,7 +92,7 @@ def plot_attention(plt, name: str, weights: torch.Tensor, labels: Sequence[str],
             _annotate(ax, weights[head])
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     fig.suptitle(f"{name}  [h={n_heads}, N={n_tokens}, N={n_tokens}]")
-    return _save(plt, fig, out / f"{name.replace('.attn.weights', '')}.attention.png")
+    return _save(plt, fig, out / _attention_file(name))
 
 
 def _token_axes(ax, labels: Sequence[str], n_tokens: int, *, first_column: bool, last_row: bool) -> None:
@@ -189,6 +203,7 @@ def _number(section: str) -> str:
 
 
 def _save(plt, fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from blockspec.checkpoint.atomic import atomic_directory
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.outputs.targets import check_writable_target
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.modules.transformer import Transformer
@@ -16,7 +16,7 @@ from blockspec.checkpoint.safetensors_file import write_file
 from blockspec.checkpoint.weights import unique_state
 from blockspec.interop import hf_config
 from blockspec.interop.families import family_for
-from blockspec.interop.hf_layout import CONFIG, SAFETENSORS
+from blockspec.interop.hf_layout import CONFIG, EXPORT, SAFETENSORS
 from blockspec.interop.rope_layout import interleaved_state_as_half
 from blockspec.interop.weight_map import to_hf
 
@@ -37,8 +37,9 @@ def export_hf(
     model loaded from a checkpoint or a Hugging Face directory exports with its tokenizer.
     An interleaved-RoPE model is exported with its q/k rows permuted to Hugging Face's half layout.
 
-    An existing non-empty ``directory`` is refused (``OutputExistsError``) unless ``overwrite``;
-    creating is exclusive and replacing atomic, as for checkpoints (atomic.py).
+    An existing export at ``directory`` is refused (``OutputExistsError``) unless ``overwrite``, and
+    a directory that is not one (``hf_layout.EXPORT``) always is; creating is exclusive and
+    replacing atomic, as for checkpoints (atomic.py).
     """
     spec = model.spec
     carried = dict(getattr(model, "carried", {}))
@@ -46,7 +47,7 @@ def export_hf(
     extra_files = extra_files if extra_files is not None else carried
     family = family_for(spec, prefer=_architecture(base_config))
     target = Path(directory)
-    check_writable_target(target, kind="directory", overwrite=overwrite)
+    check_writable_target(target, kind=EXPORT, overwrite=overwrite)
     state = unique_state(model)
     if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
         state = interleaved_state_as_half(state, spec.model, rotary_dim=getattr(model.positional, "rotary_dim", None))

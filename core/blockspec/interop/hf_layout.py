@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from blockspec.outputs.kinds import directory_kind
+
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
 TOKENIZER = "tokenizer.json"  # the tokenizers library's file: what blockspec reads as the model's tokenizer
@@ -15,6 +17,8 @@ CARRIED = (  # small files a model read from here keeps (``model.carried``), so 
     "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
 )
 CARRIED_LIMIT = 64 * 1024 * 1024
+# what ``export-hf --force`` may replace: a directory holding what an export writes and nothing else
+EXPORT = directory_kind("a Hugging Face export", markers=(CONFIG, SAFETENSORS), entries=(SAFETENSORS, *CARRIED))
 
 
 def is_hf_directory(path: str | Path) -> bool:

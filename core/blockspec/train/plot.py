@@ -1,16 +1,28 @@
-"""Loss curves as a PNG, with matplotlib (the optional ``plot`` extra) on a headless backend."""
+"""Loss curves as a PNG, with matplotlib (the optional ``plot`` extra) on a headless backend.
+
+Torch-free at import (``History`` is an annotation only), so the command line can check a
+``--plot`` file against ``PLOT_IMAGE`` before any work.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from blockspec.errors import BlockspecError
-from blockspec.train.loop import History
+from blockspec.outputs.atomic_file import atomic_file
+from blockspec.outputs.kinds import file_kind
+
+if TYPE_CHECKING:
+    from blockspec.train.loop import History
+
+# what ``--plot`` may replace: a picture as matplotlib writes one (PNG, PDF or SVG), never another file
+PLOT_IMAGE = file_kind("a plot image (PNG, PDF or SVG)", signatures=(b"\x89PNG\r\n\x1a\n", b"%PDF-", b"<?xml"))
 
 
 class PlotError(BlockspecError, RuntimeError):
-    """matplotlib is missing, or the figure cannot be written."""
+    """matplotlib is missing (a figure that cannot be written is an ``OutputError``)."""
 
 
 class MissingDependencyError(PlotError, ImportError):
@@ -45,11 +57,16 @@ def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: st
     axes.grid(alpha=0.3)
     axes.legend()
     try:
-        figure.savefig(path, dpi=110, bbox_inches="tight")
-    except OSError as error:
-        raise PlotError(f"{path}: cannot write the plot: {error.strerror}") from None
+        save_figure(figure, path)
     finally:
         plt.close(figure)
+    return Path(path)
+
+
+def save_figure(figure, path: str | Path) -> Path:
+    """Write ``figure`` to ``path`` atomically (the suffix picks the format); an OSError is an OutputError."""
+    with atomic_file(path) as staging:
+        figure.savefig(staging, dpi=110, bbox_inches="tight")
     return Path(path)
 
 

@@ -10,6 +10,7 @@ from their checkpoint) and a different command is refused unless ``force``.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import math
@@ -27,7 +28,10 @@ from attrs import frozen
 
 from blockspec.assembly.assemble import build
 from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
-from blockspec.checkpoint.outputs import check_writable_target
+from blockspec.outputs.atomic_file import write_atomically
+from blockspec.outputs.failures import output_errors
+from blockspec.outputs.kinds import directory_kind
+from blockspec.outputs.targets import check_writable_target
 from blockspec.errors import BlockspecError, Problem
 from blockspec.registry.components import Registry
 from blockspec.registry.specs import structure_spec
@@ -38,10 +42,13 @@ from blockspec.data.dataset import Dataset
 from blockspec.sources import is_checkpoint, open_source
 from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint
 from blockspec.train.distributed import World
+from blockspec.train.plot import save_figure
 from blockspec.train.run import Run, check_head, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
+# what a sweep may continue in, or ``--force`` replace the runs of: a folder with its sweep.json
+SWEEP = directory_kind("a sweep folder", markers=(PLAN_FILE,))
 FORMAT = "blockspec-sweep"
 VERSION = 1
 
@@ -173,13 +180,10 @@ def _config_dict(config: loop.TrainConfig) -> dict[str, Any]:
 
 def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequence[str]) -> None:
     """Refuse ``out`` before any training unless it is new, empty, or this same sweep (or ``force``)."""
-    check_writable_target(out, kind="directory", overwrite=True, inputs=inputs)
+    check_writable_target(out, kind=SWEEP, overwrite=True, inputs=inputs)  # a folder with no sweep.json: never
     if not out.exists() or not any(out.iterdir()):
         return
     plan_file = out / PLAN_FILE
-    if not plan_file.is_file():
-        raise SweepError(f"{out}: exists and is not a sweep folder (no {PLAN_FILE}); "
-                         "choose a new --out, or empty this one")
     try:
         old = json.loads(plan_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -251,8 +255,9 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
     prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
-    (folder / RUNS).mkdir(parents=True, exist_ok=True)
-    (folder / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    with output_errors(folder):
+        (folder / RUNS).mkdir(parents=True, exist_ok=True)
+    write_atomically(folder / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
     world = World(device=torch.device(device))
     jobs = [(v, s) for v in variants for s in seeds]
     runs = []
@@ -305,11 +310,11 @@ def write_results(folder: Path, variants: Sequence[Variant], runs: Sequence[RunR
 
 
 def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    stream = io.StringIO(newline="")
+    writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return write_atomically(path, stream.getvalue())
 
 
 def _write_markdown(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
@@ -321,8 +326,7 @@ def _write_markdown(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
                  f"{row['train_loss_mean']:.4f} ± {row['train_loss_std']:.4f}",
                  f"{row['val_loss_mean']:.4f} ± {row['val_loss_std']:.4f}", f"{row['tokens_per_s']:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_atomically(path, "\n".join(lines) + "\n")
 
 
 _NUMBERS = ("parameters", "seeds", "train_loss_mean", "train_loss_std", "val_loss_mean", "val_loss_std",
@@ -344,6 +348,7 @@ def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
     axes.set(xlabel="step", ylabel="validation cross-entropy (nats / token)", title="sweep: validation loss")
     axes.grid(alpha=0.3)
     axes.legend()
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    pyplot.close(figure)
-    return path
+    try:
+        return save_figure(figure, path)
+    finally:
+        pyplot.close(figure)

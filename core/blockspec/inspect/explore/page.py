@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from blockspec.checkpoint.outputs import file_mode
+from blockspec.outputs.atomic_file import write_atomically
+from blockspec.outputs.kinds import file_kind
 
 PLACEHOLDER = "__BLOCKSPEC_DATA__"
+TITLE = b"<title>blockspec explorer</title>"
+# what ``explore --out`` replaces: an earlier explorer page (the template's title is in its head), nothing else
+EXPLORER_PAGE = file_kind("a blockspec explorer page", signatures=(b"<!doctype html>",), contains=TITLE)
 
 
 def render(data: dict[str, Any]) -> str:
@@ -24,16 +26,5 @@ def render(data: dict[str, Any]) -> str:
 
 def write_page(data: dict[str, Any], out: str | Path) -> Path:
     """Write atomically: a reader never sees half a page; the mode is what the umask gives a plain open."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(render(data))
-        os.chmod(temporary, file_mode())  # mkstemp's 0o600 would hide the page from everyone else
-        os.replace(temporary, out)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return out
+    return write_atomically(out, render(data))
 
