@@ -1,0 +1,1 @@
+"""The fault-injection suite: each fault, and what blockspec promises under it (docs/reliability.md)."""
