@@ -147,7 +147,8 @@ class TokenIdError(InputError, IndexError):
 
 
 class NonFiniteError(BlockspecError, FloatingPointError):
-    """A forward pass produced NaN or Inf (raised only inside ``blockspec.debug.check_finite``).
+    """A forward pass produced NaN or Inf (inside ``blockspec.debug.check_finite``), or ``generate`` met NaN or
+    Inf weights or logits.
 
     ``module_path`` is the first module to blame ("" for the model's own code, None for its input);
     ``spec_path`` the spec table that configured it (``$.activation``, or ``$.model`` for core modules).

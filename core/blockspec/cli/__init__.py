@@ -108,6 +108,15 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as interrupted:  # anywhere, start-up included; a training run's Interrupted says
+        message = str(interrupted)            # what it saved
+        print("blockspec: interrupted" + (f": {message}" if message else ""), file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = make_parser()
     try:
         args = parser.parse_args(argv)
@@ -131,9 +140,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BlockspecError as error:
         print_error(error)
         return 2
-    except KeyboardInterrupt:
-        print("blockspec: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
     except OSError as error:  # the file system refused a named file (writers say more: outputs/failures.py)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size)
+                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, source=args.checkpoint)
     _report(args, model, tokenizer, ids[0].tolist(), new_tokens)
     return 0
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds": "--seeds",
-         "batch_size": "--batch-size", "overwrite": "--force"}
+         "batch_size": "--batch-size", "overwrite": "--force", "lr": "--lr"}
 
 
 def add_parser(subparsers) -> None:
@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
                            registry=registry_with_warnings(), report=None if args.json else report)
     if args.json:
         emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),
+                   "diverged": sum(r.diverged is not None for r in result.runs),
                    "results": result.rows, "files": [str(f) for f in result.files], "note": result.note})
     else:
         print(f"results: {', '.join(str(f) for f in result.files)}")
@@ -116,8 +117,11 @@ class _Report:
             from blockspec.train.progress import Progress
 
             self.progress = Progress(total=total, initial=number - 1, unit="run")
-        last = result.history.evals[-1]
-        done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
-        self.progress.write(f"run {number}/{total} {result.variant.label} seed {result.seed}: "
-                            f"train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
+        name = f"run {number}/{total} {result.variant.label} seed {result.seed}"
+        if result.diverged is not None:
+            self.progress.write(f"{name}: {result.diverged}")
+        else:
+            last = result.history.evals[-1]
+            done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
+            self.progress.write(f"{name}: train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
         self.progress.advance()

@@ -21,7 +21,7 @@ SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "
             "grad_accum", "precision", "compile")
 # the library names settings and parameters; this command's user knows them as flags
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
-         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "overwrite": "--force", "fsdp": "--fsdp",
+         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "lr": "--lr", "overwrite": "--force", "fsdp": "--fsdp",
          "ddp": "DDP (no --fsdp)"}
 
 
@@ -108,6 +108,7 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace, world) -> int:
     from blockspec.train import run as training
+    from blockspec.train.interrupt import Interrupted
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
     settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
@@ -118,7 +119,12 @@ def _train(args: argparse.Namespace, world) -> int:
     _set_threads(args.threads, trainer.raw, world)
     bar = _Bar(trainer, talk=world.is_main and not (args.json or args.quiet))
     with bar.progress:
-        outcome = training.execute(run, trainer, bar)
+        try:
+            outcome = training.execute(run, trainer, bar)
+        except Interrupted as stopped:
+            if stopped.saved is None:
+                raise
+            raise Interrupted(f"{stopped}; `--resume {stopped.saved}` continues the run", saved=stopped.saved) from None
     if args.plot and world.is_main:
         _plot(args, trainer.spec.model.name, outcome.history)
     if world.is_main:

@@ -29,7 +29,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
-from blockspec.checkpoint.directory import load, read_extra_file, save
+from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
 from blockspec.checkpoint.layout import OPTIMIZER_FILE, TOKENIZER_FILE, TRAINING_FILE, carried_entries
 from blockspec.errors import CheckpointError, Problem
 from blockspec.modules.transformer import Transformer
@@ -39,6 +39,7 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, Tokenizer, tokenizer_bytes
+from blockspec.sources import is_checkpoint
 from blockspec.sources.tokenizers import tokenizer_of
 from blockspec.checkpoint.weights import tied_aliases
 from blockspec.train.state import check_optimizer_state, check_rng_state, load_model_state
@@ -180,6 +181,14 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
         training=training,
         carried=carried_entries(model.carried),
     )
+
+
+def saved_step(directory: str | Path) -> int | None:
+    """The step of the training checkpoint in ``directory`` (its manifest read first); None when there is none."""
+    if not is_checkpoint(directory):
+        return None
+    read_checkpoint_manifest(directory)
+    return int(json.loads(read_extra_file(directory, TRAINING_FILE))["step"])
 
 
 def load_model(path: str | Path, registry: Registry | None = None, *,

@@ -46,10 +46,15 @@ class World:
 
     def mean(self, value: torch.Tensor) -> float:
         """The average of a scalar over all ranks (every rank must call)."""
-        value = value.detach().float().reshape(1)
+        return self.means(value.reshape(1))[0]
+
+    def means(self, values: torch.Tensor) -> list[float]:
+        """The averages of a vector (n,) over all ranks, in one reduction and one read (every rank must call)."""
+        values = values.detach().float()
         if self.size > 1:
-            dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        return value.item() / self.size
+            values = values.clone()  # all_reduce works in place
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        return [value / self.size for value in values.tolist()]
 
 
 def pick_device(request: str, local_rank: int = 0) -> torch.device:

@@ -11,6 +11,7 @@ import torch
 from blockspec.errors import ContextLengthError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
+from blockspec.train.finite import check_finite_weights, non_finite_logits
 
 
 def generate(
@@ -24,6 +25,7 @@ def generate(
     use_cache: bool = True,
     overflow: Literal["slide", "error"] = "slide",
     vocab_limit: int | None = None,
+    source: str = "the model",
 ) -> torch.Tensor:
     """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
 
@@ -42,8 +44,13 @@ def generate(
     ``vocab_limit`` samples only ids below it: a tokenizer can know fewer tokens than the
     model's vocabulary (65 characters in a 128-entry embedding), and an id it cannot decode
     must never be drawn.
+
+    Weights that hold NaN or Inf are refused before the first step, logits that come out NaN or Inf
+    after the last (NonFiniteError naming ``source``): checking each step would wait on the device.
     """
     _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
+    check_finite_weights(model, source=source)
+    finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
     with _eval_mode(model), torch.inference_mode():
@@ -56,12 +63,17 @@ def generate(
         last_only = _positionwise_head(model)
         for _ in range(max_new_tokens):
             logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1, :vocab_limit]  # (B, |V|)
+            step_finite = torch.isfinite(logits).all()
+            finite &= step_finite
+            logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
             token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
             tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
             if cache is not None and (window is None or tokens.shape[1] <= window):
                 step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
             else:
                 cache, step_input, start = None, _cropped(tokens, window), 0  # recompute the (last) window
+    if not bool(finite):
+        raise non_finite_logits(source)
     return tokens
 
 

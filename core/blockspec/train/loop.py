@@ -25,6 +25,8 @@ from blockspec.train.checkpointing import Checkpoint
 from blockspec.data.dataset import Dataset, batch_seed
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
+from blockspec.train.finite import diverged, first_non_finite, non_finite
+from blockspec.train.interrupt import StopRequest
 from blockspec.train.optim import autocast, grad_scaler, learning_rate, make_optimizer, no_gradient_sync
 from blockspec.train.state import load_model_state, load_optimizer_state, model_state, optimizer_state
 
@@ -161,6 +163,7 @@ class Trainer:
         self.scaler = grad_scaler(config.precision, world.device)
         self.routers = [m for m in model.modules() if hasattr(m, "aux_loss")]  # found once, not every step
         self.step, self.history, self.train_seconds = 0, History(), 0.0
+        self.stop, self._agreed_stop = StopRequest(), False  # a caller's Ctrl-C request; whether any rank had one
         torch.manual_seed(config.seed)  # dropout, if the spec has any
         if resume is not None:
             self._restore(resume)
@@ -172,6 +175,11 @@ class Trainer:
         self.train_seconds = float(checkpoint.training.get("train_seconds", 0.0))
         if checkpoint.rng_state is not None:
             torch.set_rng_state(checkpoint.rng_state)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether to stop after this step: a Ctrl-C request, agreed by every rank at the last step's end."""
+        return self.stop.requested if self.world.size == 1 else self._agreed_stop
 
     @property
     def tokens_per_step(self) -> int:
@@ -210,7 +218,10 @@ class Trainer:
         return torch.stack(terms).sum() if terms else None
 
     def train_step(self) -> float:
-        """One AdamW step on the global batch of this step; returns its loss averaged over ranks."""
+        """One AdamW step on the global batch of this step; returns its loss averaged over ranks.
+
+        A loss or gradient norm that is not finite raises DivergedError, and the step is not counted.
+        """
         started = time.perf_counter()
         if not self.raw.training:  # after an evaluation; the walk over every module costs on tiny models
             self.model.train()
@@ -220,9 +231,9 @@ class Trainer:
         pieces = self.micro_batches("train", "train", self.step)
         total = sum(self._accumulate(x, y, share=len(pieces), last=i == len(pieces) - 1)
                     for i, (x, y) in enumerate(pieces))
-        self._optimizer_step()
+        norm = self._optimizer_step()
+        value = self._read_step(total, norm)
         self.step += 1
-        value = self.world.mean(total)
         self.history.train.append(value)
         self.train_seconds += time.perf_counter() - started
         return value
@@ -235,16 +246,37 @@ class Trainer:
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         return loss.detach()
 
-    def _optimizer_step(self) -> None:
+    def _optimizer_step(self) -> torch.Tensor | None:
+        """Clip (or measure) the gradients and step; returns their norm, None under loss scaling (whose
+        skipped steps, on an infinite norm, are how it finds its scale: no divergence)."""
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
         if self.config.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.config.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.wrapped.parameters(), self.config.grad_clip)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in self.wrapped.parameters() if p.grad is not None])
         if self.scaler is None:
             self.optimizer.step()
-        else:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+            return norm
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return None
+
+    def _read_step(self, loss: torch.Tensor, norm: torch.Tensor | None) -> float:
+        """The step's loss over ranks, read with its gradient norm and the ranks' stop request in the one read
+        from the device (and the one all-reduce) the loss alone took; DivergedError at a non-finite one."""
+        parts = [loss.detach().float().reshape(1)]  # (1,)
+        if norm is not None:
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP: a DTensor
+            parts.append(norm.detach().float().reshape(1).to(loss.device))
+        if self.world.size > 1:  # stop together: a rank that stops alone would leave the others in a collective
+            parts.append(torch.tensor([float(self.stop.requested)], device=loss.device))
+        values = self.world.means(torch.cat(parts))  # (1 to 3,): loss, norm, stop
+        self._agreed_stop = self.world.size > 1 and values[-1] > 0
+        what = non_finite("loss", values[0]) or (non_finite("gradient norm", values[1]) if norm is not None else None)
+        if what is not None:
+            raise diverged(self.step + 1, self.config.steps, what, lr=self.config.lr_at(self.step))
+        return values[0]
 
     @torch.no_grad()
     def evaluate(self) -> Evaluation:
@@ -255,6 +287,9 @@ class Trainer:
             losses = [self.loss(x, y) for i in range(self.config.eval_batches)
                       for x, y in self.micro_batches(split, f"eval-{split}", i)]
             means[split] = self.world.mean(torch.stack(losses).mean())
+        what = non_finite("evaluation's training loss", means["train"]) or non_finite("validation loss", means["val"])
+        if what is not None:  # finite steps, then an update that overflowed
+            raise diverged(self.step, self.config.steps, what, lr=self.config.lr_at(max(self.step - 1, 0)))
         evaluation = Evaluation(step=self.step, train_loss=means["train"], val_loss=means["val"])
         self.history.evals.append(evaluation)
         return evaluation
@@ -263,10 +298,11 @@ class Trainer:
             on_eval: Callable[[Trainer, Evaluation], None] | None = None) -> History:
         """Train up to ``config.steps``, evaluating every ``eval_every`` steps and at the end.
 
-        ``on_step`` runs after the step's evaluation, so a checkpoint it writes holds it.
+        ``on_step`` runs after the step's evaluation, so a checkpoint it writes holds it. A ``stop`` request
+        (Ctrl-C, agreed by every rank) ends the run after that step's ``on_step``.
         """
         every = self.config.eval_every
-        while self.step < self.config.steps:
+        while self.step < self.config.steps and not self.stopping:
             loss = self.train_step()
             if (every and self.step % every == 0) or self.step == self.config.steps:
                 evaluation = self.evaluate()
@@ -275,6 +311,16 @@ class Trainer:
             if on_step is not None:
                 on_step(self, loss)
         return self.history
+
+    def check_weights(self) -> None:
+        """Before a save: DivergedError if the weights hold NaN or Inf (under FSDP on any rank: every rank calls)."""
+        name = first_non_finite(self.raw.named_parameters())
+        bad = name is not None
+        if self.sharded:  # each rank sees its shard only: agree, or one rank would save alone
+            bad = self.world.means(torch.tensor([float(bad)], device=self.world.device))[0] > 0
+        if bad:
+            what = f"the weights are not finite ({name or 'on another process'})"
+            raise diverged(self.step, self.config.steps, what, lr=self.config.lr_at(max(self.step - 1, 0)))
 
     def checkpoint(self) -> Checkpoint:
         """A snapshot to save. Under FSDP this gathers the shards: every rank must call it."""

@@ -29,8 +29,10 @@ from blockspec.data.dataset import CharDataset, Dataset
 from blockspec.data.prepared import PreparedDataset
 from blockspec.data.tokenizer import Tokenizer
 from blockspec.sources import Source, open_source
-from blockspec.train.checkpointing import Checkpoint, load_checkpoint, save_checkpoint
+from blockspec.train.checkpointing import Checkpoint, load_checkpoint, save_checkpoint, saved_step
 from blockspec.train.distributed import Strategy, World
+from blockspec.train.finite import DivergedError
+from blockspec.train.interrupt import Interrupted, deferred_interrupt
 from blockspec.train.loop import Evaluation, History, Trainer, TrainConfig, check_lm_head, make_config
 from blockspec.train.optim import half_dtype
 from blockspec.train.throughput import flops_per_token, measured_peak, utilisation
@@ -145,7 +147,11 @@ def start(run: Run, *, registry: Registry, world: World = World()) -> Trainer:
 
 def execute(run: Run, trainer: Trainer, listener: Listener | None = None) -> Outcome:
     """Train up to the run's last step, saving every ``checkpoint_every`` steps; then make sure the last
-    step is evaluated (a run resumed at its end still says where the model stands) and save it."""
+    step is evaluated (a run resumed at its end still says where the model stands) and save it.
+
+    A run that diverges raises DivergedError and saves nothing after its last good step. Ctrl-C ends the
+    step under way, saves it (a checkpoint ``--resume`` continues bit for bit) and raises Interrupted.
+    """
     meter = Meter.begin(trainer, measure_peak=run.measure_peak)
     keeper = _Keeper(run, trainer)
 
@@ -158,11 +164,25 @@ def execute(run: Run, trainer: Trainer, listener: Listener | None = None) -> Out
         if listener is not None:
             listener.evaluation(trainer, evaluation, meter)
 
-    trainer.run(on_step=on_step, on_eval=on_eval)
+    with deferred_interrupt() as trainer.stop:
+        try:
+            trainer.run(on_step=on_step, on_eval=on_eval)
+            _finish(trainer, keeper)
+        except DivergedError as error:
+            raise keeper.kept(error) from None
+    return meter.outcome(checkpoint=run.out)
+
+
+def _finish(trainer: Trainer, keeper: _Keeper) -> None:
+    """Evaluate the last step unless stopped early (a resumed run must not see an extra evaluation), save;
+    on a stop request, raise Interrupted after the save."""
+    if trainer.stopping:
+        keeper.save_and_stop()
     if not trainer.history.evals or trainer.history.evals[-1].step != trainer.step:
         trainer.evaluate()
     keeper.save()
-    return meter.outcome(checkpoint=run.out)
+    if trainer.stop.requested:  # Ctrl-C during the last evaluation or save: the run is complete and kept
+        keeper.save_and_stop()
 
 
 class _Keeper:
@@ -170,6 +190,7 @@ class _Keeper:
 
     def __init__(self, run: Run, trainer: Trainer) -> None:
         self.run, self.trainer, self.replace = run, trainer, run.replace_out
+        self.saved_step: int | None = None  # the step this execution last saved
 
     def on_step(self) -> None:
         every, step = self.run.checkpoint_every, self.trainer.step
@@ -178,12 +199,38 @@ class _Keeper:
 
     def save(self) -> None:
         world = self.trainer.world
-        if self.run.out is None or not (self.trainer.sharded or world.is_main):
+        if self.run.out is None or not (self.trainer.sharded or world.is_main) or self.saved_step == self.trainer.step:
             return
+        self.trainer.check_weights()  # never a non-finite checkpoint over a good one
         checkpoint = attrs.evolve(self.trainer.checkpoint(), carried=self.run.carried)  # a collective under FSDP
         if world.is_main:
             save_checkpoint(self.run.out, checkpoint, overwrite=self.replace)
             self.replace = True  # later saves of this run replace its own checkpoint
+        self.saved_step = self.trainer.step
+
+    def save_and_stop(self) -> None:
+        """Save this step's checkpoint and raise Interrupted saying so; a second Ctrl-C aborts the save whole."""
+        step, steps, out = self.trainer.step, self.trainer.config.steps, self.run.out
+        try:
+            self.save()
+        except KeyboardInterrupt:  # the atomic write either had installed the new checkpoint or left the old
+            if out is not None and saved_step(out) == step:
+                raise Interrupted(f"interrupted again after saving step {step} to {out}", saved=out) from None
+            raise Interrupted(f"interrupted again while saving step {step}: {self._kept()}") from None
+        if out is None:
+            raise Interrupted(f"stopped at step {step} of {steps}; nothing was saved (the run has no checkpoint)")
+        raise Interrupted(f"stopped at step {step} of {steps} and saved {out}", saved=out)
+
+    def kept(self, error: DivergedError) -> DivergedError:
+        """``error``, saying which checkpoint still holds the run's last good state."""
+        return error.with_hint(self._kept())
+
+    def _kept(self) -> str:
+        """What holds the run's last good state: the step this execution saved, or what ``out`` held before."""
+        out = self.run.out
+        if self.saved_step is not None:
+            return f"{out} keeps step {self.saved_step}, the last good one"
+        return f"nothing was saved over {out}" if out is not None and Path(out).exists() else "nothing was saved"
 
 
 # ---------------------------------------------------------------- how fast

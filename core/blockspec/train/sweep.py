@@ -27,7 +27,8 @@ import torch
 from attrs import frozen
 
 from blockspec.assembly.assemble import build
-from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
+from blockspec.checkpoint.atomic import atomic_directory
+from blockspec.checkpoint.directory import read_extra_file
 from blockspec.outputs.atomic_file import write_atomically
 from blockspec.outputs.failures import output_errors
 from blockspec.outputs.kinds import directory_kind
@@ -39,16 +40,19 @@ from blockspec.spec.convert import spec_to_dict
 from blockspec.spec.schema import ModelSpec
 from blockspec.train import loop
 from blockspec.data.dataset import Dataset
-from blockspec.sources import is_checkpoint, open_source
-from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint
+from blockspec.sources import open_source
+from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint, saved_step
 from blockspec.train.distributed import World
 from blockspec.train.plot import save_figure
+from blockspec.train.finite import DivergedError
+from blockspec.train.interrupt import Interrupted
 from blockspec.train.run import Run, check_head, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
 # what a sweep may continue in, or ``--force`` replace the runs of: a folder with its sweep.json
 SWEEP = directory_kind("a sweep folder", markers=(PLAN_FILE,))
+DIVERGED_SUFFIX, DIVERGED_FILE = ".diverged", "divergence.json"  # runs/NN-...-seedS.diverged/divergence.json
 FORMAT = "blockspec-sweep"
 VERSION = 1
 
@@ -77,7 +81,8 @@ class RunResult:
     directory: Path
     history: loop.History
     tokens_per_s: float
-    skipped: bool  # finished before this call
+    skipped: bool  # finished (or diverged) before this call
+    diverged: str | None = None  # "diverged at step 3 of 600: the loss is nan"; None for a run that trained
 
 
 @frozen
@@ -200,26 +205,52 @@ def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequ
 # ---------------------------------------------------------------- running
 
 
-def _saved_step(directory: Path) -> int | None:
-    """The step of the checkpoint in ``directory``, or None when there is none (not started)."""
-    if not is_checkpoint(directory):
-        return None
-    read_checkpoint_manifest(directory)
-    return int(json.loads(read_extra_file(directory, TRAINING_FILE))["step"])
-
-
 def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
               registry: Registry, world: World, checkpoint_every: int) -> RunResult:
-    """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record."""
+    """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record.
+
+    A run that diverges is recorded beside its checkpoint (which keeps its last good step) and not
+    trained again by a rerun: the same seed and settings would diverge at the same step.
+    """
     config = run_config({**settings, "seed": seed})
-    step = _saved_step(directory)
+    recorded = read_divergence(directory)
+    if recorded is not None:
+        return RunResult(variant, seed, directory, loop.History(), 0.0, skipped=True, diverged=recorded)
+    step = saved_step(directory)
     if step is not None and step >= config.steps:
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
               checkpoint_every=checkpoint_every, replace_out=True)
-    outcome = execute(run, start(run, registry=registry, world=world))
+    trainer = start(run, registry=registry, world=world)
+    try:
+        outcome = execute(run, trainer)
+    except DivergedError as error:  # a finding of the sweep, not its failure: the other runs go on
+        return RunResult(variant, seed, directory, trainer.history, 0.0, skipped=False,
+                         diverged=record_divergence(directory, error))
     return RunResult(variant, seed, directory, outcome.history, outcome.run_tokens_per_s, skipped=False)
+
+
+def _divergence_record(directory: Path) -> Path:
+    """Where a diverged run's record lives: beside its checkpoint, under runs/ (which --force empties)."""
+    return directory.with_name(f"{directory.name}{DIVERGED_SUFFIX}")
+
+
+def record_divergence(directory: Path, error: DivergedError) -> str:
+    """Write the record of a diverged run atomically; return the line that reports it."""
+    record = {"step": error.step, "steps": error.steps, "what": error.what}
+    with atomic_directory(_divergence_record(directory), overwrite=True) as staging:
+        (staging / DIVERGED_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return f"diverged at step {error.step} of {error.steps}: {error.what}"
+
+
+def read_divergence(directory: Path) -> str | None:
+    """The line of a run recorded as diverged; None when it was not (an unreadable record: run it again)."""
+    try:
+        record = json.loads((_divergence_record(directory) / DIVERGED_FILE).read_text(encoding="utf-8"))
+        return f"diverged at step {int(record['step'])} of {int(record['steps'])} (recorded): {record['what']}"
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) -> RunResult:
@@ -263,8 +294,12 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     runs = []
     for number, (variant, seed) in enumerate(jobs, start=1):
         directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
-        result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                           registry=registry, world=world, checkpoint_every=checkpoint_every)
+        try:
+            result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
+                               registry=registry, world=world, checkpoint_every=checkpoint_every)
+        except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
+            raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
+                              "rerun the same sweep command to resume it", saved=stopped.saved) from None
         runs.append(result)
         if report is not None:
             report(number, len(jobs), result)
@@ -277,14 +312,16 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
 def summarize(variants: Sequence[Variant], runs: Sequence[RunResult]) -> list[dict[str, Any]]:
     """Per variant: parameters, final train and validation loss as mean and std over seeds, tokens/s.
 
-    The std is the sample standard deviation (n - 1); 0 with one seed.
+    The std is the sample standard deviation (n - 1); 0 with one seed. A seed that diverged makes
+    its variant's losses nan (it has no final loss), and is counted in ``diverged``.
     """
     rows = []
     for variant in variants:
         mine = [r for r in runs if r.variant is variant]
-        train = [r.history.evals[-1].train_loss for r in mine]
-        val = [r.history.evals[-1].val_loss for r in mine]
+        train = [math.nan if r.diverged else r.history.evals[-1].train_loss for r in mine]
+        val = [math.nan if r.diverged else r.history.evals[-1].val_loss for r in mine]
         rows.append({**variant.values, "parameters": variant.parameters, "seeds": len(mine),
+                     "diverged": sum(r.diverged is not None for r in mine),
                      "train_loss_mean": statistics.fmean(train), "train_loss_std": _std(train),
                      "val_loss_mean": statistics.fmean(val), "val_loss_std": _std(val),
                      "tokens_per_s": statistics.fmean(r.tokens_per_s for r in mine)})
@@ -322,14 +359,15 @@ def _write_markdown(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     header = [*keys, "parameters", "seeds", "train loss", "val loss", "tokens/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [*(str(row[k]) for k in keys), f"{row['parameters']:,}", str(row["seeds"]),
+        seeds = f"{row['seeds']} ({row['diverged']} diverged)" if row["diverged"] else str(row["seeds"])
+        cells = [*(str(row[k]) for k in keys), f"{row['parameters']:,}", seeds,
                  f"{row['train_loss_mean']:.4f} ± {row['train_loss_std']:.4f}",
                  f"{row['val_loss_mean']:.4f} ± {row['val_loss_std']:.4f}", f"{row['tokens_per_s']:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return write_atomically(path, "\n".join(lines) + "\n")
 
 
-_NUMBERS = ("parameters", "seeds", "train_loss_mean", "train_loss_std", "val_loss_mean", "val_loss_std",
+_NUMBERS = ("parameters", "seeds", "diverged", "train_loss_mean", "train_loss_std", "val_loss_mean", "val_loss_std",
             "tokens_per_s")
 
 
