@@ -25,7 +25,7 @@ import attrs
 import torch
 from attrs import frozen
 
-from blockspec.assembly.assemble import build
+from blockspec.assembly.counting import count_parameters
 from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.errors import BlockspecError, Problem
@@ -38,12 +38,13 @@ from blockspec.data.dataset import Dataset
 from blockspec.sources import is_checkpoint, open_source
 from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint
 from blockspec.train.distributed import World
-from blockspec.train.run import Run, check_head, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
+from blockspec.train.run import Run, check_head, check_memory, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
 FORMAT = "blockspec-sweep"
 VERSION = 1
+MAX_RUNS = 10_000  # variants × seeds: each a training run, so more is a typo, and each variant is built to check it
 
 
 class SweepError(BlockspecError, ValueError):
@@ -128,6 +129,14 @@ def check_key(key: str, base: dict[str, Any], *, source: str) -> None:
                          f"it has {', '.join(f'[{s}]' for s in base)}")
 
 
+def check_run_count(vary: Mapping[str, Sequence[str]], seeds: Sequence[int]) -> None:
+    """Refuse, before any variant is made, more runs than a sweep may hold (each is a training run)."""
+    runs = math.prod(len(values) for values in vary.values()) * len(seeds)
+    if runs > MAX_RUNS:
+        raise SweepError(Problem(path="vary", expected=f"at most {MAX_RUNS:,} runs (variants × seeds)",
+                                 found=f"{runs:,}", hint="vary fewer values, or split the sweep"))
+
+
 def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: Registry, *,
                   source: str) -> list[Variant]:
     """Every combination of ``vary``'s values, each built once (so a spec that validates but cannot
@@ -147,9 +156,8 @@ def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: 
 
 
 def _parameters(spec: ModelSpec, registry: Registry) -> int:
-    with torch.device("meta"):  # shapes only: no memory, no time
-        model = build(spec, registry=registry, seed=0)
-    return sum(p.numel() for p in model.parameters())  # tied weights counted once (parameters() dedups)
+    """Counted on the meta device (shapes only: no memory, no time); tied weights once."""
+    return count_parameters(spec, registry).exact
 
 
 def run_name(index: int, variant: Variant, seed: int) -> str:
@@ -205,7 +213,7 @@ def _saved_step(directory: Path) -> int | None:
 
 
 def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
-              registry: Registry, world: World, checkpoint_every: int) -> RunResult:
+              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True) -> RunResult:
     """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record."""
     config = run_config({**settings, "seed": seed})
     step = _saved_step(directory)
@@ -213,7 +221,7 @@ def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, setti
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
-              checkpoint_every=checkpoint_every, replace_out=True)
+              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check)
     outcome = execute(run, start(run, registry=registry, world=world))
     return RunResult(variant, seed, directory, outcome.history, outcome.run_tokens_per_s, skipped=False)
 
@@ -229,10 +237,11 @@ def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
               seeds: Sequence[int] = (0,), settings: Mapping[str, Any] | None = None, force: bool = False,
               checkpoint_every: int = 0, device: str | torch.device = "cpu", registry: Registry | None = None,
-              report: Callable[[int, int, RunResult], None] | None = None) -> SweepResult:
+              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True) -> SweepResult:
     """Train every combination of ``vary`` (dotted spec key -> value texts) for every seed, under ``out``.
 
-    Everything is checked first (keys, values, each variant built, the data, the folder); then the
+    Everything is checked first (keys, values, each variant built on the meta device and, unless not
+    ``memory_check``, its training estimated against the device's memory, the data, the folder); then the
     runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
     resume an interrupted sweep.
     """
@@ -241,25 +250,29 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     registry = registry if registry is not None else load_registry()
     if not seeds or len(set(seeds)) != len(seeds):
         raise SweepError(Problem(path="seeds", expected="distinct seeds", found=str(list(seeds))))
+    check_run_count(vary, seeds)
     source = open_source(spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
     base = source.spec
     variants = make_variants(base, vary, registry, source=str(spec))
     config = run_config({**(settings or {}), "seed": seeds[0]})
+    world = World(device=torch.device(device))
     for variant in variants:
         check_head(variant.spec, registry, source=f"{spec} ({variant.label})")
+        if memory_check:
+            check_memory(variant.spec, config, registry, world=world, doing=f"--vary {variant.label}: training")
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
     prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
     (folder / RUNS).mkdir(parents=True, exist_ok=True)
     (folder / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
-    world = World(device=torch.device(device))
     jobs = [(v, s) for v in variants for s in seeds]
     runs = []
     for number, (variant, seed) in enumerate(jobs, start=1):
         directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
         result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                           registry=registry, world=world, checkpoint_every=checkpoint_every)
+                           registry=registry, world=world, checkpoint_every=checkpoint_every,
+                           memory_check=memory_check)
         runs.append(result)
         if report is not None:
             report(number, len(jobs), result)
