@@ -26,17 +26,18 @@ MAX_WIDTH = 2**20  # d_model, d_ff, head_dim
 MAX_HEADS = 2**16  # n_heads, n_kv_heads
 INIT_STD = 0.02  # GPT-2's initialisation
 
-def size_check(most: int) -> Check:
-    """A size from 1 to ``most`` (None passes: an optional size left out)."""
-    return Check(lambda v: v is None or 1 <= v <= most, f"an integer from 1 to {most:_}", typed=False)
+def at_most(most: int) -> Check:
+    """A size's upper bound (None passes: an optional size left out); POSITIVE says the lower one."""
+    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False)
 
 
 # Value checks live in the types, so the converter checks every field in one pass and reports
 # them all; the same Check is the attrs validator for configs built in Python.
-VOCAB = size_check(MAX_VOCAB_SIZE)
-CONTEXT = size_check(MAX_CONTEXT_LENGTH)
-WIDTH = size_check(MAX_WIDTH)
-HEADS = size_check(MAX_HEADS)
+POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False)
+VOCAB = at_most(MAX_VOCAB_SIZE)
+CONTEXT = at_most(MAX_CONTEXT_LENGTH)
+WIDTH = at_most(MAX_WIDTH)
+HEADS = at_most(MAX_HEADS)
 LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
 PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
 STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
@@ -50,19 +51,19 @@ class ModelConfig:
     """The [model] table: sizes and wiring shared by every component."""
 
     name: str = "model"
-    vocab_size: Annotated[int, VOCAB] = field(validator=VOCAB)
-    context_length: Annotated[int, CONTEXT] = field(validator=CONTEXT)
-    d_model: Annotated[int, WIDTH] = field(validator=WIDTH)
+    vocab_size: Annotated[int, POSITIVE, VOCAB] = field(validator=[POSITIVE, VOCAB])
+    context_length: Annotated[int, POSITIVE, CONTEXT] = field(validator=[POSITIVE, CONTEXT])
+    d_model: Annotated[int, POSITIVE, WIDTH] = field(validator=[POSITIVE, WIDTH])
     n_layers: Annotated[int, LAYERS] = field(validator=LAYERS)
-    n_heads: Annotated[int, HEADS] = field(validator=HEADS)
-    n_kv_heads: Annotated[int | None, HEADS] = field(default=None, validator=HEADS)
-    d_ff: Annotated[int, WIDTH] = field(validator=WIDTH)
+    n_heads: Annotated[int, POSITIVE, HEADS] = field(validator=[POSITIVE, HEADS])
+    n_kv_heads: Annotated[int | None, POSITIVE, HEADS] = field(default=None, validator=[POSITIVE, HEADS])
+    d_ff: Annotated[int, POSITIVE, WIDTH] = field(validator=[POSITIVE, WIDTH])
     bias: bool = True
     norm_placement: NormPlacement = "pre"
     final_norm: bool | None = None
     dropout: Annotated[float, PROBABILITY] = field(default=0.0, validator=PROBABILITY)
     # Written "head_dim" in a spec (the attribute is private: ``head_dim`` below is always the width in use).
-    given_head_dim: Annotated[int | None, WIDTH] = field(default=None, validator=WIDTH, alias="head_dim")
+    given_head_dim: Annotated[int | None, POSITIVE, WIDTH] = field(default=None, validator=[POSITIVE, WIDTH], alias="head_dim")
     embedding_scale: EmbeddingScale = field(default=None, validator=EMBEDDING_SCALE)
 
     def __attrs_post_init__(self) -> None:
