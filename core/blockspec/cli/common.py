@@ -206,7 +206,7 @@ MEMORY_FLAGS = {"memory_check": "--no-memory-check"}  # what the library's refus
 
 def add_memory_check_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-memory-check``: the one way every command that allocates a model skips the estimate's refusal."""
-    parser.add_argument("--no-memory-check", dest="memory_check", action="store_false",
+    parser.add_argument("--no-memory-check", action="store_true",
                         help="do not refuse a run whose estimated memory exceeds what the machine has "
                              "(docs/reliability.md)")
 

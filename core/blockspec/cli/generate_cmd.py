@@ -10,8 +10,8 @@ from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument,
                                   registry_with_warnings, resolve_device, seed_int)
 
 DEFAULT_NEW_TOKENS = 200
-FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide", "max_new_tokens": "--max-new-tokens",
-         **MEMORY_FLAGS}
+FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
+         "max_new_tokens": "--max-new-tokens", **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, memory_check=args.memory_check)
+                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size,
+                       memory_check=not args.no_memory_check)
     _report(args, model, tokenizer, ids[0].tolist(), new_tokens)
     return 0
 

@@ -7,7 +7,8 @@ import argparse
 from blockspec.cli.common import (MEMORY_FLAGS, add_device_argument, add_memory_check_argument, flag_names,
                                   registry_with_warnings, resolve_device, seed_int)
 
-FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text", "weights": "--weights", **MEMORY_FLAGS}
+FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text", "weights": "--weights",
+         **MEMORY_FLAGS}
 # trace and explore have no --allow-pickle: a pickled Hugging Face model goes through import-hf, which has
 PICKLE = {"allow_pickle": "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
           "and pass CKPT as SPEC"}
@@ -36,4 +37,4 @@ def subject_of(args: argparse.Namespace):
     with flag_names({**FLAGS, **PICKLE}):
         source = open_source(args.spec, registry_with_warnings())
         return open_subject(source, text=args.text, ids=args.ids, weights=args.weights, seed=args.seed,
-                            device=device, memory_check=args.memory_check)
+                            device=device, memory_check=not args.no_memory_check)

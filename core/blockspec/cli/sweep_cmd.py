@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     report = _Report()
     with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"), report:
         result = run_sweep(args.spec, args.data, vary, args.out, seeds=seeds, settings=settings, force=args.force,
-                           checkpoint_every=args.checkpoint_every, device=device, memory_check=args.memory_check,
+                           checkpoint_every=args.checkpoint_every, device=device, memory_check=not args.no_memory_check,
                            registry=registry_with_warnings(), report=None if args.json else report)
     if args.json:
         emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),

@@ -113,7 +113,8 @@ def _train(args: argparse.Namespace, world) -> int:
     settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
     run = training.plan(args.spec, args.data, settings, registry=registry, resume=args.resume, out=args.out,
                         checkpoint_every=args.checkpoint_every, replace_out=args.replace_out,
-                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True, memory_check=args.memory_check)
+                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True,
+                        memory_check=not args.no_memory_check)
     trainer = training.start(run, registry=registry, world=world)
     _set_threads(args.threads, trainer.raw, world)
     bar = _Bar(trainer, talk=world.is_main and not (args.json or args.quiet))

@@ -63,7 +63,8 @@ class ModelConfig:
     final_norm: bool | None = None
     dropout: Annotated[float, PROBABILITY] = field(default=0.0, validator=PROBABILITY)
     # Written "head_dim" in a spec (the attribute is private: ``head_dim`` below is always the width in use).
-    given_head_dim: Annotated[int | None, POSITIVE, WIDTH] = field(default=None, validator=[POSITIVE, WIDTH], alias="head_dim")
+    given_head_dim: Annotated[int | None, POSITIVE, WIDTH] = field(default=None, validator=[POSITIVE, WIDTH],
+                                                                  alias="head_dim")
     embedding_scale: EmbeddingScale = field(default=None, validator=EMBEDDING_SCALE)
 
     def __attrs_post_init__(self) -> None:

@@ -38,13 +38,14 @@ from blockspec.data.dataset import Dataset
 from blockspec.sources import is_checkpoint, open_source
 from blockspec.train.checkpointing import TRAINING_FILE, load_checkpoint
 from blockspec.train.distributed import World
-from blockspec.train.run import Run, check_head, check_memory, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
+from blockspec.train.run import (Run, check_head, check_memory, execute, model_tokenizer, open_data, run_config,
+                                 start, tokens_per_s)
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
 FORMAT = "blockspec-sweep"
 VERSION = 1
-MAX_RUNS = 10_000  # variants × seeds: each a training run, so more is a typo, and each variant is built to check it
+MAX_RUNS = 10_000  # variants × seeds: each a training run, so more is a typo (and each variant is built to check it)
 
 
 class SweepError(BlockspecError, ValueError):
