@@ -93,7 +93,7 @@ def test_errors_are_single_lines_with_the_fix(files, capsys):
     cases = [
         (["train", str(files / "learned.toml"), "--data", str(files / "missing.txt")], "missing.txt: cannot read"),
         (["train", str(files / "learned.toml"), "--data", str(files / "play.txt"), "--batch-size", "0"],
-         "--batch-size: expected a positive integer, found '0'"),
+         "--batch-size: expected an integer from 1 to 1_048_576, found '0'"),
         (["train", str(files / "rope.toml"), "--data", str(files / "play.txt"), "--resume", str(files / "ckpt")],
          "was trained from a different spec"),
         (["generate", str(files / "ckpt"), "--prompt", "a", "--max-new-tokens", "40", "--overflow", "error"],

@@ -98,6 +98,7 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: 
 SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 MAX_THREADS = 1024
 MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
+MAX_BATCH = 2**20  # windows per step: more is a typo (with --no-memory-check, it would size the batch unchecked)
 
 
 def _number_type(name: str, parse: Callable[[str], float | None], accept: Callable[[float], bool],
@@ -119,6 +120,8 @@ seed_int = _number_type("seed_int", lambda t: _int(t), lambda v: SEEDS[0] <= v <
                         f"an integer from {SEEDS[0]} to {SEEDS[1]}")
 new_token_count = _number_type("new_token_count", lambda t: _int(t), lambda v: 0 <= v <= MAX_NEW_TOKENS,
                                f"an integer from 0 to {MAX_NEW_TOKENS:_}")
+batch_count = _number_type("batch_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_BATCH,
+                           f"an integer from 1 to {MAX_BATCH:_}")
 thread_count = _number_type("thread_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_THREADS,
                             f"an integer from 1 to {MAX_THREADS}")  # torch's pools take no more
 positive_float = _number_type("positive_float", lambda t: _float(t), lambda v: v > 0, "a number > 0")
@@ -212,6 +215,16 @@ def check_plot_file(path: str | None) -> Path | None:
 
 
 # -- out of memory -----------------------------------------------------------------------------------------
+
+
+MEMORY_FLAGS = {"memory_check": "--no-memory-check"}  # what the library's refusal names, as this flag
+
+
+def add_memory_check_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-memory-check``: the one way every command that allocates a model skips the estimate's refusal."""
+    parser.add_argument("--no-memory-check", action="store_true",
+                        help="do not refuse a run whose estimated memory exceeds what the machine has "
+                             "(docs/reliability.md)")
 
 
 @contextmanager

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, emit_json, flag_names,
+from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
+                                  add_memory_check_argument, emit_json, flag_names,
                                   memory_limit, new_token_count, non_negative_float, positive_int,
                                   registry_with_warnings, resolve_device, seed_int)
 
 DEFAULT_NEW_TOKENS = 200
-FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide"}
+FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
+         "max_new_tokens": "--max-new-tokens", **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -31,6 +33,7 @@ def add_parser(subparsers) -> None:
                         "(slide, the default) or refuse (error)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
+    add_memory_check_argument(parser)
     add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer)")
     parser.set_defaults(run=run)
 
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, source=args.checkpoint)
+                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, source=args.checkpoint,
+                       memory_check=not args.no_memory_check)
     _report(args, model, tokenizer, ids[0].tolist(), new_tokens)
     return 0
 

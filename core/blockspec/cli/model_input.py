@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import add_device_argument, flag_names, registry_with_warnings, resolve_device, seed_int
+from blockspec.cli.common import (MEMORY_FLAGS, add_device_argument, add_memory_check_argument, flag_names,
+                                  registry_with_warnings, resolve_device, seed_int)
 
-FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text", "weights": "--weights"}
+FLAGS = {"ids": "--ids", "token_ids": "token ids with --ids", "text": "--text", "weights": "--weights",
+         **MEMORY_FLAGS}
 # trace and explore have no --allow-pickle: a pickled Hugging Face model goes through import-hf, which has
 PICKLE = {"allow_pickle": "import it with `blockspec import-hf DIR --allow-pickle --out CKPT` (torch.load, weights_only) "
           "and pass CKPT as SPEC"}
@@ -19,6 +21,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "directory of the same model; default: random, from --seed")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="seed of the random weights (default 0)")
     add_device_argument(parser)
+    add_memory_check_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="input text, in the model's own tokenizer (without one: characters for a "
                                        "65-token vocabulary, else UTF-8 bytes)")
@@ -34,4 +37,4 @@ def subject_of(args: argparse.Namespace):
     with flag_names({**FLAGS, **PICKLE}):
         source = open_source(args.spec, registry_with_warnings())
         return open_subject(source, text=args.text, ids=args.ids, weights=args.weights, seed=args.seed,
-                            device=device)
+                            device=device, memory_check=not args.no_memory_check)

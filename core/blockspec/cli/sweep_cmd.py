@@ -6,7 +6,8 @@ import argparse
 import re
 from typing import TYPE_CHECKING
 
-from blockspec.cli.common import (UsageError, add_device_argument, add_json_argument, emit_json, flag_names,
+from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
+                                  add_memory_check_argument, batch_count, emit_json, flag_names,
                                   memory_limit, non_negative_float, non_negative_int, positive_float, positive_int,
                                   registry_with_warnings, resolve_device, seed_int)
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds": "--seeds",
-         "batch_size": "--batch-size", "overwrite": "--force", "lr": "--lr"}
+         "batch_size": "--batch-size", "overwrite": "--force", "lr": "--lr", "vary": "--vary", **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -29,7 +30,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seeds", default="0", metavar="S1,S2", help="seeds to train each variant with (default 0)")
     parser.add_argument("--out", required=True, metavar="DIR", help="sweep folder: sweep.json, runs/, results.*")
     parser.add_argument("--steps", type=non_negative_int, metavar="N", help="steps per run (default 600)")
-    parser.add_argument("--batch-size", type=positive_int, metavar="B", help="windows per step (default 32)")
+    parser.add_argument("--batch-size", type=batch_count, metavar="B", help="windows per step (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
     parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
     parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS", help="linear warm-up steps (default 0)")
@@ -40,6 +41,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
                         help="also checkpoint each run every K steps, so an interrupted run continues (default 0)")
     add_device_argument(parser)
+    add_memory_check_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace a sweep folder that holds a different sweep")
     add_json_argument(parser, "a JSON summary at the end instead of a line per run")
     parser.set_defaults(run=run)
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     report = _Report()
     with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"), report:
         result = run_sweep(args.spec, args.data, vary, args.out, seeds=seeds, settings=settings, force=args.force,
-                           checkpoint_every=args.checkpoint_every, device=device,
+                           checkpoint_every=args.checkpoint_every, device=device, memory_check=not args.no_memory_check,
                            registry=registry_with_warnings(), report=None if args.json else report)
     if args.json:
         emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),

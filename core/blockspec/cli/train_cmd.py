@@ -10,7 +10,8 @@ from pathlib import Path
 from blockspec.checkpoint.layout import CHECKPOINT
 from blockspec.outputs.targets import check_writable_target, same_path
 from blockspec.train.plot import PLOT_IMAGE
-from blockspec.cli.common import (add_device_argument, add_json_argument, add_plot_argument, seed_int,
+from blockspec.cli.common import (MEMORY_FLAGS, add_device_argument, add_json_argument, add_memory_check_argument,
+                                  add_plot_argument, batch_count, seed_int,
                                   check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
                                   memory_limit, positive_float, positive_int, registry_with_warnings,
                                   resolve_device, thread_count)
@@ -22,7 +23,7 @@ SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "
 # the library names settings and parameters; this command's user knows them as flags
 FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
          "batch_size": "--batch-size", "grad_accum": "--grad-accum", "lr": "--lr", "overwrite": "--force", "fsdp": "--fsdp",
-         "ddp": "DDP (no --fsdp)"}
+         "ddp": "DDP (no --fsdp)", **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -34,7 +35,7 @@ def add_parser(subparsers) -> None:
                              "written by blockspec data prepare (its tokens and tokenizer)")
     parser.add_argument("--steps", type=non_negative_int, metavar="N",
                         help="train up to step N in total (default 600)")
-    parser.add_argument("--batch-size", type=positive_int, metavar="B",
+    parser.add_argument("--batch-size", type=batch_count, metavar="B",
                         help="windows per step over all processes (default 32)")
     parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
     parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD",
@@ -60,6 +61,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
     add_plot_argument(parser, "write the training and validation loss curves to FILE")
     add_device_argument(parser)
+    add_memory_check_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
     parser.add_argument("--threads", type=thread_count, metavar="N", help="CPU threads per process (default: 1 for "
@@ -114,7 +116,8 @@ def _train(args: argparse.Namespace, world) -> int:
     settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
     run = training.plan(args.spec, args.data, settings, registry=registry, resume=args.resume, out=args.out,
                         checkpoint_every=args.checkpoint_every, replace_out=args.replace_out,
-                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True)
+                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True,
+                        memory_check=not args.no_memory_check)
     trainer = training.start(run, registry=registry, world=world)
     _set_threads(args.threads, trainer.raw, world)
     bar = _Bar(trainer, talk=world.is_main and not (args.json or args.quiet))

@@ -19,6 +19,7 @@ from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.errors import BlockspecError, Problem
 from blockspec.outputs.kinds import directory_kind
 from blockspec.outputs.targets import check_writable_target
+from blockspec.spec.schema import MAX_VOCAB_SIZE
 
 # The sorted set of characters of the Tiny Shakespeare text: the 65-token vocabulary of the
 # chapter's character model (id 0 is "\n", id 1 is " ", ...).
@@ -29,7 +30,9 @@ TOKENIZER_FILE = "tokenizer.json"  # a tokenizer directory's one file (blockspec
 TOKENIZER_DIRECTORY = directory_kind("a tokenizer directory", markers=(TOKENIZER_FILE,), entries=(TOKENIZER_FILE,))
 CHAR = "char"  # the name that asks for a text's own characters instead of a tokenizer directory
 BYTE_VOCAB = 256
-MAX_VOCAB = 2**32  # ids 0..2^32-1: what a prepared dataset's uint32 files hold
+# What a trained tokenizer may hold: what a spec's vocabulary may (the BPE trainer reserves room for every
+# token it is asked for, and aborts the process past what the machine has: 10**9 needs ~40 GB).
+MAX_TRAINED_VOCAB = MAX_VOCAB_SIZE
 
 
 class TokenizerError(BlockspecError, ValueError):
@@ -173,9 +176,9 @@ def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") 
         raise TokenizerError(Problem(
             path="vocab_size", message=f"a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
             f"found {vocab_size}", hint=f"use {{vocab_size}} {BYTE_VOCAB} or more", names={"vocab_size": "vocab_size"}))
-    if vocab_size > MAX_VOCAB:
-        raise TokenizerError(Problem(path="vocab_size", message=f"at most {MAX_VOCAB:,} tokens (prepared data stores "
-                                     f"ids as uint32), found {vocab_size:,}"))
+    if vocab_size > MAX_TRAINED_VOCAB:
+        raise TokenizerError(Problem(path="vocab_size", expected=f"at most {MAX_TRAINED_VOCAB:,} tokens (as a spec's "
+                                     "[model] vocab_size)", found=f"{vocab_size:,}"))
     library = _tokenizers(source)
     backend = library.Tokenizer(library.models.BPE())
     backend.pre_tokenizer = library.pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -16,10 +16,14 @@ from attrs import frozen
 
 from blockspec.checkpoint.weights_file import load_weights
 from blockspec.data.tokenizer import Tokenizer, TokenizerError, parse_ids
-from blockspec.errors import CheckpointError, Problem
-from blockspec.inspect.trace import Trace
+from blockspec.assembly.memory import check_fits
+from blockspec.errors import CheckpointError, InputError, Problem
+from blockspec.inspect.trace import Trace, trace_estimate
 from blockspec.modules.transformer import Transformer
 from blockspec.sources import Source, is_checkpoint, open_source, text_tokenizer
+
+
+MAX_TRACE_TOKENS = 2**16  # far past what a trace's table is read at; 4,000 already needs GBs of stages
 
 
 @frozen(kw_only=True)
@@ -38,18 +42,30 @@ class Subject:
 
 
 def open_subject(source: Source, *, text: str | None = None, ids: str | None = None, weights: str | None = None,
-                 seed: int = 0, device: torch.device | str = "cpu") -> Subject:
+                 seed: int = 0, device: torch.device | str = "cpu", memory_check: bool = True) -> Subject:
     """``source``'s model (or its spec's, filled from ``weights``, or random from ``seed``) and ``text`` or ``ids``.
 
     ``weights`` may be a checkpoint of the same model: its weights and its tokenizer are used. The
-    input is checked before the model is built, so bad input fails fast."""
+    input is checked before the model is built, so bad input fails fast; so is the memory tracing it needs,
+    unless not ``memory_check``."""
     origin = _checkpoint_of_same_model(weights, source) if weights and is_checkpoint(weights) else source
     token_ids, tokenizer = _input_ids(origin.tokenizer(), source.spec.model.vocab_size, text, ids)
+    _check_length(token_ids, "ids" if ids is not None else "text")
+    if memory_check:
+        estimate = trace_estimate(source.spec, source.registry, len(token_ids))
+        check_fits(estimate, torch.device(device), doing=f"tracing {len(token_ids):,} tokens", source=str(source.path))
     model = _model(source, origin, weights, seed).to(device).eval()
     described = weights or (str(source.path) if source.has_weights else
                             f"random (seed {seed}; pass --weights FILE for trained ones)")
     return Subject(model=model, ids=token_ids, labels=[label_of(tokenizer, i) for i in token_ids],
                    tokenizer=tokenizer, weights=described)
+
+
+def _check_length(token_ids: list[int], given: str) -> None:
+    """A trace keeps every stage, (h, N, N) attention among them: its length is bounded before any is sized."""
+    if len(token_ids) > MAX_TRACE_TOKENS:
+        raise InputError(Problem(path=given, expected=f"at most {MAX_TRACE_TOKENS:,} tokens to trace",
+                                 found=f"{len(token_ids):,}", hint="trace a shorter input"))
 
 
 def _input_ids(own: Tokenizer | None, vocab_size: int, text: str | None,

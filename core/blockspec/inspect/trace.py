@@ -34,9 +34,12 @@ import torch
 from attrs import field, frozen
 from torch import nn
 
+from blockspec.assembly.memory import MemoryEstimate, Part, fitted, meta_model, weight_bytes
 from blockspec.errors import BlockspecError, Problem
 from blockspec.inspect.capture import capture
 from blockspec.modules.transformer import Transformer
+from blockspec.registry.components import Registry
+from blockspec.spec.schema import ModelSpec
 
 POSITIONS = "7.1 positions"
 RESIDUAL = "7.2 residual"
@@ -122,6 +125,24 @@ def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
     with torch.no_grad(), capture(model, taps=recorder.tap, outputs=recorder.output, where=_listed):
         output = model(ids, start=start)
     return Trace(tuple(recorder.stages(output)))
+
+
+def trace_estimate(spec: ModelSpec, registry: Registry | None, length: int) -> MemoryEstimate:
+    """What tracing ``length`` tokens holds: the weights and every stage it keeps, measured on the meta device
+    at short lengths and extrapolated (``blockspec.assembly.memory``)."""
+    model = meta_model(spec, registry).eval()
+    stages = fitted(lambda n: _stage_bytes(model, n), length)
+    return MemoryEstimate(parts=(
+        Part(what="weights", bytes=weight_bytes(model)),
+        Part(what="the stages a trace keeps", bytes=stages, names={"text": "text", "ids": "ids"},
+             shrink="trace a shorter {text} (or fewer {ids})")))
+
+
+def _stage_bytes(model: Transformer, length: int) -> int:
+    """The bytes of the stages tracing one (1, ``length``) input keeps; a tensor two stages share counts once."""
+    result = trace(model, torch.zeros((1, length), dtype=torch.long, device="meta"))
+    tensors = {id(stage.tensor): stage.tensor for stage in result.stages}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def section_label(section: str, component: str | None) -> str:

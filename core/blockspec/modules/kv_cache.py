@@ -55,15 +55,17 @@ class KVCache:
         self.length = 0
 
     @classmethod
-    def for_model(cls, model: Transformer, *, batch_size: int, max_length: int) -> KVCache:
-        """A cache sized for ``model``'s attention layers, on its device and in its dtype."""
+    def for_model(cls, model: Transformer, *, batch_size: int, max_length: int,
+                  device: torch.device | str | None = None) -> KVCache:
+        """A cache sized for ``model``'s attention layers, on its device (or ``device``: "meta" sizes one for
+        nothing) and in its dtype."""
         if model.spec is None:  # a Transformer put together by hand: nothing says its attention's sizes
             raise TypeError("KVCache.for_model needs a model built from a spec (model.spec is None); "
                             "size the cache with KVCache(n_layers=..., n_kv_heads=..., head_dim=...)")
         cfg = model.spec.model
         weight = next(model.parameters())
         return cls(n_layers=cfg.n_layers, batch_size=batch_size, n_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-                   max_length=max_length, device=weight.device, dtype=weight.dtype)
+                   max_length=max_length, device=weight.device if device is None else device, dtype=weight.dtype)
 
     def check_room(self, start: int, n_tokens: int) -> None:
         """Before a forward pass: positions start.. must continue (or rewind) the stored prefix and fit."""

@@ -18,17 +18,31 @@ from blockspec.spec.validators import Check, FieldErrors
 
 NormPlacement = Literal["pre", "post"]
 MAX_LAYERS = 1024  # far above any published model; bounds the cost of checking a hostile spec
+# The other sizes, bounded as the layers are: far above any published model (vocabularies of 256k, contexts
+# of 10M, d_ff of 53k, 128 heads), so a typo or a hostile file is refused before anything is sized by it.
+MAX_VOCAB_SIZE = 2**24  # also what `blockspec tokenizer train` may learn (data/tokenizer.py)
+MAX_CONTEXT_LENGTH = 2**24
+MAX_WIDTH = 2**20  # d_model, d_ff, head_dim
+MAX_HEADS = 2**16  # n_heads, n_kv_heads
 INIT_STD = 0.02  # GPT-2's initialisation
+
+def at_most(most: int) -> Check:
+    """A size's upper bound (None passes: an optional size left out); POSITIVE says the lower one."""
+    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False)
+
 
 # Value checks live in the types, so the converter checks every field in one pass and reports
 # them all; the same Check is the attrs validator for configs built in Python.
 POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False)
+VOCAB = at_most(MAX_VOCAB_SIZE)
+CONTEXT = at_most(MAX_CONTEXT_LENGTH)
+WIDTH = at_most(MAX_WIDTH)
+HEADS = at_most(MAX_HEADS)
 LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
 PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
 STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
 EMBEDDING_SCALE = Check(lambda v: v is None or v == "sqrt_d" or (not isinstance(v, str) and v > 0.0),
                         'a number > 0.0 or "sqrt_d"', typed=False)
-Size = Annotated[int, POSITIVE]
 EmbeddingScale = Annotated[float | str | None, EMBEDDING_SCALE]  # strict.py reads float | str | None exactly
 
 
@@ -37,19 +51,20 @@ class ModelConfig:
     """The [model] table: sizes and wiring shared by every component."""
 
     name: str = "model"
-    vocab_size: Size = field(validator=POSITIVE)
-    context_length: Size = field(validator=POSITIVE)
-    d_model: Size = field(validator=POSITIVE)
+    vocab_size: Annotated[int, POSITIVE, VOCAB] = field(validator=[POSITIVE, VOCAB])
+    context_length: Annotated[int, POSITIVE, CONTEXT] = field(validator=[POSITIVE, CONTEXT])
+    d_model: Annotated[int, POSITIVE, WIDTH] = field(validator=[POSITIVE, WIDTH])
     n_layers: Annotated[int, LAYERS] = field(validator=LAYERS)
-    n_heads: Size = field(validator=POSITIVE)
-    n_kv_heads: Annotated[int | None, POSITIVE] = field(default=None, validator=POSITIVE)
-    d_ff: Size = field(validator=POSITIVE)
+    n_heads: Annotated[int, POSITIVE, HEADS] = field(validator=[POSITIVE, HEADS])
+    n_kv_heads: Annotated[int | None, POSITIVE, HEADS] = field(default=None, validator=[POSITIVE, HEADS])
+    d_ff: Annotated[int, POSITIVE, WIDTH] = field(validator=[POSITIVE, WIDTH])
     bias: bool = True
     norm_placement: NormPlacement = "pre"
     final_norm: bool | None = None
     dropout: Annotated[float, PROBABILITY] = field(default=0.0, validator=PROBABILITY)
     # Written "head_dim" in a spec (the attribute is private: ``head_dim`` below is always the width in use).
-    given_head_dim: Annotated[int | None, POSITIVE] = field(default=None, validator=POSITIVE, alias="head_dim")
+    given_head_dim: Annotated[int | None, POSITIVE, WIDTH] = field(default=None, validator=[POSITIVE, WIDTH],
+                                                                  alias="head_dim")
     embedding_scale: EmbeddingScale = field(default=None, validator=EMBEDDING_SCALE)
 
     def __attrs_post_init__(self) -> None:

@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 
+from blockspec.assembly.memory import check_fits, generation_estimate
 from blockspec.errors import ContextLengthError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
@@ -26,6 +27,7 @@ def generate(
     overflow: Literal["slide", "error"] = "slide",
     vocab_limit: int | None = None,
     source: str = "the model",
+    memory_check: bool = True,
 ) -> torch.Tensor:
     """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
 
@@ -47,6 +49,9 @@ def generate(
 
     Weights that hold NaN or Inf are refused before the first step, logits that come out NaN or Inf
     after the last (NonFiniteError naming ``source``): checking each step would wait on the device.
+
+    ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
+    device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
     _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
     check_finite_weights(model, source=source)
@@ -58,6 +63,8 @@ def generate(
         total = n_prompt + max_new_tokens
         cached = use_cache and (window is None or n_prompt <= window)
         length = total if window is None else min(total, window)
+        if memory_check:
+            _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
         cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
         tokens, step_input, start = ids, _cropped(ids, window), 0
         last_only = _positionwise_head(model)
@@ -75,6 +82,14 @@ def generate(
     if not bool(finite):
         raise non_finite_logits(source)
     return tokens
+
+
+def _check_memory(model: Transformer, ids: torch.Tensor, length: int, *, cached: bool, new_tokens: int) -> None:
+    """Refuse before the cache is made what the device cannot hold; uncached, each step recomputes the window."""
+    batch, n_prompt = ids.shape
+    estimate = generation_estimate(model, batch=batch, queries=n_prompt if cached else length, length=length,
+                                   cached=cached)
+    check_fits(estimate, ids.device, doing=f"generating {new_tokens:,} tokens", source=model.spec.source)
 
 
 def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:

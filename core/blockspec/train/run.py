@@ -20,6 +20,7 @@ import torch
 from attrs import field, frozen
 
 from blockspec.assembly.assemble import build
+from blockspec.assembly.memory import check_fits, training_estimate
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.layout import carried_entries
 from blockspec.registry.components import Registry
@@ -53,6 +54,7 @@ class Run:
     replace_out: bool = False  # an existing checkpoint at ``out`` may be replaced (later saves always replace)
     strategy: Strategy = "ddp"
     measure_peak: bool = False  # time the device's matmul rate first (CUDA only), to report MFU
+    memory_check: bool = True  # refuse, before building, a run the device cannot hold (check_memory)
 
 
 @frozen(kw_only=True, eq=False)
@@ -82,7 +84,7 @@ class Listener(Protocol):
 
 def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Registry, resume: str | None = None,
          out: str | Path | None = None, checkpoint_every: int = 0, replace_out: bool = False,
-         strategy: Strategy = "ddp", measure_peak: bool = False) -> Run:
+         strategy: Strategy = "ddp", measure_peak: bool = False, memory_check: bool = True) -> Run:
     """The run `blockspec train SOURCE --data DATA` describes: a spec file trains fresh weights; a checkpoint or
     Hugging Face directory fine-tunes its own (with its tokenizer and carried files); ``resume`` continues a run.
 
@@ -100,7 +102,7 @@ def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Regis
     carried = checkpoint.carried if checkpoint else carried_entries(weights.carried()) if weights else {}
     return Run(spec=spec, data=dataset, config=run_config(settings, checkpoint), weights=weights,
                resume=checkpoint, carried=carried, out=out, checkpoint_every=checkpoint_every,
-               replace_out=replace_out, strategy=strategy, measure_peak=measure_peak)
+               replace_out=replace_out, strategy=strategy, measure_peak=measure_peak, memory_check=memory_check)
 
 
 def check_head(spec: ModelSpec, registry: Registry, *, source: str) -> None:
@@ -130,6 +132,16 @@ def open_data(path: str | Path, specs: Sequence[ModelSpec], tokenizer: Tokenizer
     return dataset
 
 
+def check_memory(spec: ModelSpec, config: TrainConfig, registry: Registry, *, world: World = World(),
+                 strategy: Strategy = "ddp", doing: str = "training") -> None:
+    """Refuse a run whose weights, optimizer state and one micro-batch's activations ``world``'s device cannot
+    hold (``blockspec.assembly.memory``'s estimate, on the meta device); FSDP shards all but the activations."""
+    micro_batch = max(config.batch_size // world.size // config.grad_accum, 1)
+    shards = world.size if strategy == "fsdp" else 1
+    estimate = training_estimate(spec, registry, micro_batch=micro_batch, shards=shards)
+    check_fits(estimate, world.device, doing=f"{doing} with batches of {config.batch_size}", source=spec.source)
+
+
 def run_config(settings: Mapping[str, Any], resume: Checkpoint | None = None) -> TrainConfig:
     """Defaults, then the resumed run's settings, then ``settings`` (the ones set explicitly)."""
     base = resume.training["config"] if resume is not None else {}
@@ -141,6 +153,8 @@ def run_config(settings: Mapping[str, Any], resume: Checkpoint | None = None) ->
 
 def start(run: Run, *, registry: Registry, world: World = World()) -> Trainer:
     """The run's trainer: the model built from its seed, or the weights it fine-tunes, or the resumed ones."""
+    if run.memory_check:
+        check_memory(run.spec, run.config, registry, world=world, strategy=run.strategy)
     model = run.weights.model() if run.weights else build(run.spec, registry=registry, seed=run.config.seed)
     return Trainer(model, run.data, run.config, world=world, strategy=run.strategy, resume=run.resume)
 

@@ -26,7 +26,7 @@ import attrs
 import torch
 from attrs import frozen
 
-from blockspec.assembly.assemble import build
+from blockspec.assembly.counting import count_parameters
 from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.checkpoint.directory import read_extra_file
 from blockspec.outputs.atomic_file import write_atomically
@@ -46,7 +46,8 @@ from blockspec.train.distributed import World
 from blockspec.train.plot import save_figure
 from blockspec.train.finite import DivergedError
 from blockspec.train.interrupt import Interrupted
-from blockspec.train.run import Run, check_head, execute, model_tokenizer, open_data, run_config, start, tokens_per_s
+from blockspec.train.run import (Run, check_head, check_memory, execute, model_tokenizer, open_data, run_config,
+                                 start, tokens_per_s)
 
 PLAN_FILE = "sweep.json"
 RUNS = "runs"
@@ -55,6 +56,7 @@ SWEEP = directory_kind("a sweep folder", markers=(PLAN_FILE,))
 DIVERGED_SUFFIX, DIVERGED_FILE = ".diverged", "divergence.json"  # runs/NN-...-seedS.diverged/divergence.json
 FORMAT = "blockspec-sweep"
 VERSION = 1
+MAX_RUNS = 10_000  # variants × seeds: each a training run, so more is a typo (and each variant is built to check it)
 
 
 class SweepError(BlockspecError, ValueError):
@@ -140,6 +142,14 @@ def check_key(key: str, base: dict[str, Any], *, source: str) -> None:
                          f"it has {', '.join(f'[{s}]' for s in base)}")
 
 
+def check_run_count(vary: Mapping[str, Sequence[str]], seeds: Sequence[int]) -> None:
+    """Refuse, before any variant is made, more runs than a sweep may hold (each is a training run)."""
+    runs = math.prod(len(values) for values in vary.values()) * len(seeds)
+    if runs > MAX_RUNS:
+        raise SweepError(Problem(path="vary", expected=f"at most {MAX_RUNS:,} runs (variants × seeds)",
+                                 found=f"{runs:,}", hint="vary fewer values, or split the sweep"))
+
+
 def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: Registry, *,
                   source: str) -> list[Variant]:
     """Every combination of ``vary``'s values, each built once (so a spec that validates but cannot
@@ -159,9 +169,8 @@ def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: 
 
 
 def _parameters(spec: ModelSpec, registry: Registry) -> int:
-    with torch.device("meta"):  # shapes only: no memory, no time
-        model = build(spec, registry=registry, seed=0)
-    return sum(p.numel() for p in model.parameters())  # tied weights counted once (parameters() dedups)
+    """Counted on the meta device (shapes only: no memory, no time); tied weights once."""
+    return count_parameters(spec, registry).exact
 
 
 def run_name(index: int, variant: Variant, seed: int) -> str:
@@ -206,7 +215,7 @@ def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequ
 
 
 def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
-              registry: Registry, world: World, checkpoint_every: int) -> RunResult:
+              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True) -> RunResult:
     """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record.
 
     A run that diverges is recorded beside its checkpoint (which keeps its last good step) and not
@@ -221,7 +230,7 @@ def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, setti
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
-              checkpoint_every=checkpoint_every, replace_out=True)
+              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check)
     trainer = start(run, registry=registry, world=world)
     try:
         outcome = execute(run, trainer)
@@ -264,10 +273,11 @@ def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
               seeds: Sequence[int] = (0,), settings: Mapping[str, Any] | None = None, force: bool = False,
               checkpoint_every: int = 0, device: str | torch.device = "cpu", registry: Registry | None = None,
-              report: Callable[[int, int, RunResult], None] | None = None) -> SweepResult:
+              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True) -> SweepResult:
     """Train every combination of ``vary`` (dotted spec key -> value texts) for every seed, under ``out``.
 
-    Everything is checked first (keys, values, each variant built, the data, the folder); then the
+    Everything is checked first (keys, values, each variant built on the meta device and, unless not
+    ``memory_check``, its training estimated against the device's memory, the data, the folder); then the
     runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
     resume an interrupted sweep.
     """
@@ -276,12 +286,16 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     registry = registry if registry is not None else load_registry()
     if not seeds or len(set(seeds)) != len(seeds):
         raise SweepError(Problem(path="seeds", expected="distinct seeds", found=str(list(seeds))))
+    check_run_count(vary, seeds)
     source = open_source(spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
     base = source.spec
     variants = make_variants(base, vary, registry, source=str(spec))
     config = run_config({**(settings or {}), "seed": seeds[0]})
+    world = World(device=torch.device(device))
     for variant in variants:
         check_head(variant.spec, registry, source=f"{spec} ({variant.label})")
+        if memory_check:
+            check_memory(variant.spec, config, registry, world=world, doing=f"--vary {variant.label}: training")
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
@@ -289,14 +303,14 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     with output_errors(folder):
         (folder / RUNS).mkdir(parents=True, exist_ok=True)
     write_atomically(folder / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
-    world = World(device=torch.device(device))
     jobs = [(v, s) for v in variants for s in seeds]
     runs = []
     for number, (variant, seed) in enumerate(jobs, start=1):
         directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
         try:
             result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                               registry=registry, world=world, checkpoint_every=checkpoint_every)
+                               registry=registry, world=world, checkpoint_every=checkpoint_every,
+                               memory_check=memory_check)
         except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
             raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
                               "rerun the same sweep command to resume it", saved=stopped.saved) from None
