@@ -54,7 +54,6 @@ def generate(
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
     _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
-    check_finite_weights(model, source=source)
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -63,8 +62,9 @@ def generate(
         total = n_prompt + max_new_tokens
         cached = use_cache and (window is None or n_prompt <= window)
         length = total if window is None else min(total, window)
-        if memory_check:
+        if memory_check:  # first: the estimate reads no weight
             _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
+        check_finite_weights(model, source=source)
         cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
         tokens, step_input, start = ids, _cropped(ids, window), 0
         last_only = _positionwise_head(model)
