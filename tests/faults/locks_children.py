@@ -1,0 +1,177 @@
+"""The other processes of the lock tests: a writer that holds its folder until told to go on, and writers and
+readers that replace or load one checkpoint in a loop.
+
+Run as ``python -m tests.faults.locks_children WHAT ...`` from the repository root; a child that waits
+touches READY once it holds its folder and goes on when RELEASE exists (or is killed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WAIT_LIMIT = 120.0  # seconds a holding child waits for RELEASE before giving up on its parent
+
+
+def held_at(module: Any, name: str, ready: Path, release: Path) -> None:
+    """Patch ``module.name`` so its first call signals ``ready`` and waits for ``release``, then goes on."""
+    real: Callable[..., Any] = getattr(module, name)
+
+    def holding(*args: Any, **kwargs: Any) -> Any:
+        if not ready.exists():
+            ready.touch()
+            deadline = time.monotonic() + WAIT_LIMIT
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return real(*args, **kwargs)
+
+    setattr(module, name, holding)
+
+
+def hold_sweep(ready: str, release: str, *argv: str) -> int:
+    """``blockspec sweep ARGV``, held before its first run (the sweep folder is then its own)."""
+    import blockspec.train.sweep as sweep
+    from blockspec.cli import main
+
+    held_at(sweep, "train_run", Path(ready), Path(release))
+    return main(list(argv))
+
+
+def hold_prepare(ready: str, release: str, *argv: str) -> int:
+    """``blockspec data prepare ARGV``, held before it writes the first token."""
+    import blockspec.data.prepared as prepared
+    from blockspec.cli import main
+
+    held_at(prepared, "_write", Path(ready), Path(release))
+    return main(list(argv))
+
+
+def tiny_model(seed: int) -> Any:
+    import torch
+
+    import blockspec
+
+    from ..specs import spec_text
+
+    torch.set_num_threads(1)
+    registry = blockspec.load_registry()
+    spec = blockspec.loads_spec(spec_text(vocab_size=64, context_length=16, d_model=32, n_layers=2, n_heads=4,
+                                          d_ff=64), registry)
+    return blockspec.build(spec, registry=registry, seed=seed)
+
+
+def hold_save(ready: str, release: str, path: str) -> int:
+    """``blockspec.save(..., overwrite=True)`` to ``path``, held before it writes the weights."""
+    import blockspec
+    import blockspec.checkpoint.directory as directory
+
+    model = tiny_model(7)
+    held_at(directory, "write_file", Path(ready), Path(release))
+    blockspec.save(model, path, overwrite=True)
+    return 0
+
+
+def replace_loop(path: str, seconds: str, report: str, mode: str = "exchange") -> int:
+    """Replace the checkpoint at ``path`` for ``seconds``, alternating two models so each save differs.
+
+    Writes a JSON report: saves done, saves refused by another writer's lock (with the pids named),
+    and any other error (there must be none). ``mode`` "fallback" replaces as on a file system without
+    renameat2's exchange (rename the old tree aside, then the new one in).
+    """
+    import blockspec
+    import blockspec.checkpoint.atomic as atomic
+    from blockspec.errors import BlockspecError
+
+    if mode == "fallback":
+        atomic.exchange = lambda first, second: False
+
+    models = [tiny_model(1), tiny_model(2)]
+    saved, refused, other, named = 0, 0, [], set()
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        try:
+            blockspec.save(models[saved % 2], path, overwrite=True)
+            saved += 1
+        except BlockspecError as error:
+            if "is being written by another blockspec process" in str(error):
+                refused += 1
+                named.add(str(error).rsplit("pid ", 1)[-1].split(")")[0])
+            else:
+                other.append(str(error))
+        except Exception as error:  # reported to the parent, which asserts there were none
+            other.append(f"{type(error).__name__}: {error}")
+    Path(report).write_text(json.dumps({"saved": saved, "refused": refused, "other": other[:5],
+                                        "named": sorted(named)}))
+    return 0
+
+
+def load_loop(path: str, seconds: str, report: str) -> int:
+    """Load the checkpoint at ``path`` for ``seconds``; write a JSON report of the loads and their errors."""
+    import blockspec
+
+    tiny_model(0)  # import and warm up as the writer does
+    loads, errors = 0, []
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        try:
+            blockspec.load(path)
+            loads += 1
+        except Exception as error:  # reported to the parent, which asserts there were none
+            errors.append(f"{type(error).__name__}: {error}")
+    Path(report).write_text(json.dumps({"loads": loads, "errors": len(errors), "first": errors[:3]}))
+    return 0
+
+
+# ---------------------------------------------------------------- the parent's side
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Holder:
+    """A child process that holds a folder: started, waited for until READY, then released or killed."""
+
+    def __init__(self, folder: Path, what: str, *argv: str) -> None:
+        import subprocess
+
+        self.ready, self.release = folder / f".{what}-ready", folder / f".{what}-release"
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.faults.locks_children", what, str(self.ready),
+                                         str(self.release), *argv], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the holder never got ready: {self.process.communicate()[1][-2000:]}")
+            time.sleep(0.02)
+
+    def finish(self, timeout: float = 120.0) -> tuple[int, str]:
+        self.release.touch()
+        _, stderr = self.process.communicate(timeout=timeout)
+        return self.process.returncode, stderr
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.communicate()
+
+
+def loop_child(*argv: str) -> Any:
+    """A loop child (replace, load), started; ``.wait()`` for it, then read the report it was given."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "tests.faults.locks_children", *argv], cwd=ROOT)
+
+
+def tree_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative name: what "byte-identical" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+CHILDREN = {"sweep": hold_sweep, "prepare": hold_prepare, "save": hold_save, "replace": replace_loop,
+            "load": load_loop}
+
+if __name__ == "__main__":
+    sys.exit(CHILDREN[sys.argv[1]](*sys.argv[2:]))
