@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,15 @@ def hold_prepare(ready: str, release: str, *argv: str) -> int:
     return main(list(argv))
 
 
+def hold_train(ready: str, release: str, *argv: str) -> int:
+    """``blockspec train ARGV``, held before its first step (its --out is then its own)."""
+    from blockspec.cli import main
+    from blockspec.train.loop import Trainer
+
+    held_at(Trainer, "run", Path(ready), Path(release))
+    return main(list(argv))
+
+
 def tiny_model(seed: int) -> Any:
     import torch
 
@@ -75,8 +84,9 @@ def hold_save(ready: str, release: str, path: str) -> int:
     return 0
 
 
-def replace_loop(path: str, seconds: str, report: str, mode: str = "exchange") -> int:
-    """Replace the checkpoint at ``path`` for ``seconds``, alternating two models so each save differs.
+def replace_loop(path: str, until: str, report: str, mode: str = "exchange") -> int:
+    """Replace the checkpoint at ``path`` ``until`` (seconds, or until a file exists), alternating two models
+    so that consecutive saves differ.
 
     Writes a JSON report: saves done, saves refused by another writer's lock (with the pids named),
     and any other error (there must be none). ``mode`` "fallback" replaces as on a file system without
@@ -91,8 +101,7 @@ def replace_loop(path: str, seconds: str, report: str, mode: str = "exchange") -
 
     models = [tiny_model(1), tiny_model(2)]
     saved, refused, other, named = 0, 0, [], set()
-    deadline = time.monotonic() + float(seconds)
-    while time.monotonic() < deadline:
+    for _ in _until(until):
         try:
             blockspec.save(models[saved % 2], path, overwrite=True)
             saved += 1
@@ -113,56 +122,70 @@ def load_loop(path: str, seconds: str, report: str) -> int:
     """Load the checkpoint at ``path`` for ``seconds``; write a JSON report of the loads and their errors."""
     import blockspec
 
-    tiny_model(0)  # import and warm up as the writer does
-    loads, errors = 0, []
-    deadline = time.monotonic() + float(seconds)
-    while time.monotonic() < deadline:
+    loads, errors, deadline = 0, [], None
+    while deadline is None or time.monotonic() < deadline:
         try:
             blockspec.load(path)
             loads += 1
         except Exception as error:  # reported to the parent, which asserts there were none
             errors.append(f"{type(error).__name__}: {error}")
+        deadline = deadline or time.monotonic() + float(seconds)  # counted from the end of the first (slow) load
     Path(report).write_text(json.dumps({"loads": loads, "errors": len(errors), "first": errors[:3]}))
     return 0
 
 
 # ---------------------------------------------------------------- the parent's side
 
-ROOT = Path(__file__).resolve().parents[2]
+PRELOAD = ["torch", "torch._dynamo", "blockspec.cli", "blockspec.train.sweep", "blockspec.data.prepared",
+           "tests.faults.locks_children"]
 
 
-class Holder:
-    """A child process that holds a folder: started, waited for until READY, then released or killed."""
+def _context() -> Any:
+    """Children fork from a server that imported torch and blockspec once: seconds each, saved."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def _exit_with(what: str, *argv: str) -> None:
+    sys.exit(CHILDREN[what](*argv))
+
+
+class Child:
+    """A child process running one of CHILDREN; ``pid``, ``wait`` for its exit code, ``kill`` it."""
+
+    def __init__(self, what: str, *argv: str) -> None:
+        self.process = _context().Process(target=_exit_with, args=(what, *argv))
+        self.process.start()
+        self.pid = self.process.pid
+
+    def wait(self, timeout: float = 120.0) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+
+
+class Holder(Child):
+    """A child that holds a folder: waited for until READY, then released or killed."""
 
     def __init__(self, folder: Path, what: str, *argv: str) -> None:
-        import subprocess
-
         self.ready, self.release = folder / f".{what}-ready", folder / f".{what}-release"
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.faults.locks_children", what, str(self.ready),
-                                         str(self.release), *argv], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        super().__init__(what, str(self.ready), str(self.release), *argv)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the holder never got ready: {self.process.communicate()[1][-2000:]}")
+            assert self.process.is_alive() and time.monotonic() < deadline, "the holder never got ready"
             time.sleep(0.02)
 
-    def finish(self, timeout: float = 120.0) -> tuple[int, str]:
+    def finish(self, timeout: float = 120.0) -> int | None:
         self.release.touch()
-        _, stderr = self.process.communicate(timeout=timeout)
-        return self.process.returncode, stderr
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.communicate()
-
-
-def loop_child(*argv: str) -> Any:
-    """A loop child (replace, load), started; ``.wait()`` for it, then read the report it was given."""
-    import subprocess
-
-    return subprocess.Popen([sys.executable, "-m", "tests.faults.locks_children", *argv], cwd=ROOT)
+        return self.wait(timeout)
 
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:
@@ -170,7 +193,15 @@ def tree_bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-CHILDREN = {"sweep": hold_sweep, "prepare": hold_prepare, "save": hold_save, "replace": replace_loop,
+def _until(until: str) -> Iterator[None]:
+    """Loop for ``until`` seconds, or (a path) until that file exists, at most WAIT_LIMIT seconds."""
+    seconds = float(until) if until.replace(".", "", 1).isdigit() else WAIT_LIMIT
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (seconds == WAIT_LIMIT and Path(until).exists()):
+        yield
+
+
+CHILDREN = {"sweep": hold_sweep, "train": hold_train, "prepare": hold_prepare, "save": hold_save, "replace": replace_loop,
             "load": load_loop}
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from blockspec.cli import main
 
 from ..corpus import small_play
 from ..specs import spec_text
-from .locks_children import Holder, loop_child, tiny_model, tree_bytes
+from .locks_children import Child, Holder, tiny_model, tree_bytes
 
 FAST = ["--steps", "2", "--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--device", "cpu"]
-RACE_SECONDS = 3.0
+RACE_SECONDS = 1.5
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def refused_by(holder: Holder, capsys) -> str:
     """The one error line this process printed; it names the holder's pid."""
     err = capsys.readouterr().err
     assert err.startswith("blockspec: error: ") and err.count("\n") == 1, err
-    assert f"pid {holder.process.pid}" in err, err
+    assert f"pid {holder.pid}" in err, err
     return err
 
 
@@ -62,27 +62,41 @@ def test_a_second_sweep_on_the_same_folder_is_refused_at_once_naming_the_first(i
         refused_by(holder, capsys)
         assert tree_bytes(out) == before and beside(out) == around
     finally:
-        code, stderr = holder.finish()
-    assert code == 0, stderr
+        code = holder.finish()
+    assert code == 0
     assert len(list((out / "runs").iterdir())) == 2 and beside(out) == {"tiny.toml", "play.txt", "out"}
 
 
-def test_a_second_data_prepare_into_the_same_folder_is_refused_and_the_old_data_survives(inputs, tmp_path, capsys):
-    _, text = inputs
-    out = tmp_path / "data"
-    argv = ["data", "prepare", str(text), "--tokenizer", "char", "--out", str(out), "--force", "--quiet"]
+def refused_while_held(what: str, argv: list[str], out, tmp_path, capsys) -> dict[str, bytes]:
+    """Write a good ``out`` with ``argv``; while a child runs ``argv`` again, held, this process's ``argv`` is
+    refused naming it and ``out`` stays byte-identical; the child then finishes. Returns the good output."""
     assert main(argv) == 0
     good = tree_bytes(out)
-    holder = Holder(tmp_path, "prepare", *argv)
+    holder = Holder(tmp_path, what, *argv)
     try:
         holder.wait_ready()
         assert main(argv) == 2
         refused_by(holder, capsys)
         assert tree_bytes(out) == good
     finally:
-        code, stderr = holder.finish()
-    assert code == 0, stderr
+        code = holder.finish()
+    assert code == 0
+    return good
+
+
+def test_a_second_data_prepare_into_the_same_folder_is_refused_and_the_old_data_survives(inputs, tmp_path, capsys):
+    out = tmp_path / "data"
+    argv = ["data", "prepare", str(inputs[1]), "--tokenizer", "char", "--out", str(out), "--force", "--quiet"]
+    good = refused_while_held("prepare", argv, out, tmp_path, capsys)
     assert tree_bytes(out) == good  # the holder prepared the same text again
+
+
+def test_a_second_train_into_the_same_checkpoint_is_refused_before_it_trains(inputs, tmp_path, capsys):
+    spec, data = inputs
+    out = tmp_path / "ck"
+    argv = ["train", str(spec), "--data", str(data), "--out", str(out), "--force", *FAST, "--quiet"]
+    refused_while_held("train", argv, out, tmp_path, capsys)
+    blockspec.load(out)  # the holder's checkpoint, whole
 
 
 def test_replacing_a_checkpoint_another_process_is_replacing_is_refused(tmp_path):
@@ -92,12 +106,12 @@ def test_replacing_a_checkpoint_another_process_is_replacing_is_refused(tmp_path
     holder = Holder(tmp_path, "save", str(checkpoint))
     try:
         holder.wait_ready()
-        with pytest.raises(blockspec.BlockspecError, match=f"pid {holder.process.pid}"):
+        with pytest.raises(blockspec.BlockspecError, match=f"pid {holder.pid}"):
             blockspec.save(tiny_model(2), checkpoint, overwrite=True)
         assert tree_bytes(checkpoint) == good
     finally:
-        code, stderr = holder.finish()
-    assert code == 0, stderr
+        code = holder.finish()
+    assert code == 0
     assert tree_bytes(checkpoint) != good  # the holder's save went through
     blockspec.load(checkpoint)
 
@@ -108,10 +122,10 @@ def test_two_processes_replacing_one_checkpoint_in_a_loop_refuse_each_other_clea
 
     "fallback" is a file system without renameat2's exchange: there racing swaps used to fail mid-way.
     """
-    checkpoint = tmp_path / "ck"
+    checkpoint = tmp_path / "out" / "ck"
     blockspec.save(tiny_model(1), checkpoint)
     mode = [] if exchange == "exchange" else ["fallback"]
-    writers = [loop_child("replace", str(checkpoint), str(RACE_SECONDS), str(tmp_path / f"{n}.json"), *mode)
+    writers = [Child("replace", str(checkpoint), str(RACE_SECONDS), str(tmp_path / f"{n}.json"), *mode)
                for n in range(2)]
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
     reports = [json.loads((tmp_path / f"{n}.json").read_text()) for n in range(2)]
@@ -132,6 +146,6 @@ def test_a_writer_killed_with_minus_nine_leaves_a_lock_file_that_blocks_nobody(i
     holder.wait_ready()
     holder.kill()  # SIGKILL while it holds the folder
     stale = lock_file_of(out)
-    assert stale.read_text().strip() == str(holder.process.pid)  # left behind, naming the dead writer
+    assert stale.read_text().strip() == str(holder.pid)  # left behind, naming the dead writer
     assert main(sweep_argv(spec, data, out)) == 0  # resumes the killed sweep: nothing blocks it
     assert not os.path.lexists(stale) and len(list((out / "runs").iterdir())) == 2

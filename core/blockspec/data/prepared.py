@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from attrs import frozen
 
+from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
 from blockspec.data.dataset import TRAIN_FRACTION, DataError
@@ -69,17 +70,18 @@ def prepare(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: st
     Written in a sibling folder first and renamed at the end, so ``out`` is never half-written.
     ``progress`` is told how many bytes of text each piece held.
     """
-    check_text_files(paths)
-    tokenizer = tokenizer or char_tokenizer(paths)
     target = Path(out)
-    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
-        meta = _write(paths, tokenizer, partial, progress)
-        _replace(partial, target, overwrite)
-    finally:
+    with folder_lock(target):  # a second writer of this folder is refused here, before any text is read
+        check_text_files(paths)
+        tokenizer = tokenizer or char_tokenizer(paths)
+        partial = target.parent / f".{target.name}.partial-{os.getpid()}"
         shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        try:
+            meta = _write(paths, tokenizer, partial, progress)
+            _replace(partial, target, overwrite)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return meta
 
 

@@ -10,6 +10,7 @@ caller hears of each step and evaluation through a ``Listener``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from attrs import field, frozen
 from blockspec.assembly.assemble import build
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.layout import carried_entries
+from blockspec.outputs.lock import folder_lock
 from blockspec.registry.components import Registry
 from blockspec.spec.convert import spec_to_dict
 from blockspec.spec.schema import ModelSpec
@@ -145,7 +147,16 @@ def start(run: Run, *, registry: Registry, world: World = World()) -> Trainer:
 
 def execute(run: Run, trainer: Trainer, listener: Listener | None = None) -> Outcome:
     """Train up to the run's last step, saving every ``checkpoint_every`` steps; then make sure the last
-    step is evaluated (a run resumed at its end still says where the model stands) and save it."""
+    step is evaluated (a run resumed at its end still says where the model stands) and save it.
+
+    The run holds its checkpoint's folder lock throughout: a second writer of ``out`` is refused before
+    it trains, not at its save."""
+    writes = run.out is not None and trainer.world.is_main
+    with folder_lock(run.out) if writes else contextlib.nullcontext():
+        return _execute(run, trainer, listener)
+
+
+def _execute(run: Run, trainer: Trainer, listener: Listener | None) -> Outcome:
     meter = Meter.begin(trainer, measure_peak=run.measure_peak)
     keeper = _Keeper(run, trainer)
 

@@ -29,6 +29,7 @@ from blockspec.assembly.assemble import build
 from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.errors import BlockspecError, Problem
+from blockspec.outputs.lock import folder_lock
 from blockspec.registry.components import Registry
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import spec_to_dict
@@ -250,20 +251,21 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
-    prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
-    (folder / RUNS).mkdir(parents=True, exist_ok=True)
-    (folder / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
-    world = World(device=torch.device(device))
-    jobs = [(v, s) for v in variants for s in seeds]
-    runs = []
-    for number, (variant, seed) in enumerate(jobs, start=1):
-        directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
-        result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                           registry=registry, world=world, checkpoint_every=checkpoint_every)
-        runs.append(result)
-        if report is not None:
-            report(number, len(jobs), result)
-    return write_results(folder, variants, runs)
+    with folder_lock(folder):  # a second sweep of this folder is refused here, before it changes anything
+        prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
+        (folder / RUNS).mkdir(parents=True, exist_ok=True)
+        (folder / PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+        world = World(device=torch.device(device))
+        jobs = [(v, s) for v in variants for s in seeds]
+        runs = []
+        for number, (variant, seed) in enumerate(jobs, start=1):
+            directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
+            result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
+                               registry=registry, world=world, checkpoint_every=checkpoint_every)
+            runs.append(result)
+            if report is not None:
+                report(number, len(jobs), result)
+        return write_results(folder, variants, runs)
 
 
 # ---------------------------------------------------------------- results
