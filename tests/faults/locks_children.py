@@ -118,6 +118,42 @@ def replace_loop(path: str, until: str, report: str, mode: str = "exchange") -> 
     return 0
 
 
+def replace_training_loop(path: str, first: str, second: str, until: str, report: str) -> int:
+    """Replace the training checkpoint at ``path`` with ``first`` and ``second`` in turn, ``until`` (as above)."""
+    from blockspec.train.checkpointing import load_checkpoint, save_checkpoint
+
+    checkpoints, saved = [load_checkpoint(first), load_checkpoint(second)], 0
+    for _ in _until(until):
+        save_checkpoint(path, checkpoints[saved % 2], overwrite=True)
+        saved += 1
+    Path(report).write_text(json.dumps({"saved": saved}))
+    return 0
+
+
+def resume_loop(path: str, first: str, second: str, seconds: str, report: str) -> int:
+    """Read the training checkpoint at ``path`` for ``seconds`` as a resume does; each read must be one save:
+    its weights, optimizer moments and history all of the step its training.json names."""
+    from blockspec.train.checkpointing import load_checkpoint
+
+    known = {c.step: _fingerprint(c) for c in map(load_checkpoint, (first, second))}
+    reads, mixed, deadline = 0, [], time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        checkpoint = load_checkpoint(path)
+        reads += 1
+        if _fingerprint(checkpoint) != known.get(checkpoint.step):
+            mixed.append(checkpoint.step)
+    Path(report).write_text(json.dumps({"reads": reads, "mixed": len(mixed)}))
+    return 0
+
+
+def _fingerprint(checkpoint: Any) -> list[float]:
+    """What a save's parts say of it: the weights' sum, the moments' sum, the history's length."""
+    states = checkpoint.optimizer_state["state"]
+    moments = sum(float(states[n][k].sum()) for n in sorted(states) for k in sorted(states[n]))
+    weights = sum(float(checkpoint.model_state[n].sum()) for n in sorted(checkpoint.model_state))
+    return [round(weights, 6), round(moments, 6), len(checkpoint.training["history"]["train"])]
+
+
 def load_loop(path: str, seconds: str, report: str) -> int:
     """Load the checkpoint at ``path`` for ``seconds``; write a JSON report of the loads and their errors."""
     import blockspec
@@ -201,7 +237,7 @@ def _until(until: str) -> Iterator[None]:
         yield
 
 
-CHILDREN = {"sweep": hold_sweep, "train": hold_train, "prepare": hold_prepare, "save": hold_save, "replace": replace_loop,
+CHILDREN = {"sweep": hold_sweep, "train": hold_train, "prepare": hold_prepare, "save": hold_save, "replace": replace_loop, "replace-training": replace_training_loop, "resume": resume_loop,
             "load": load_loop}
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import fcntl
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import BinaryIO
 
 Opener = Callable[[str, int], int]  # what ``open(..., opener=)`` takes
 _ATTEMPTS = 20  # trees retired between our open and our lock, before giving up
+_pins = threading.local()  # this thread's open pins, by absolute path
 _NO_FLOCK = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOLCK, errno.EINVAL, errno.EBADF}
 
 
@@ -66,33 +68,59 @@ class PinnedDirectory:
 
 @contextmanager
 def pinned_directory(path: str | Path) -> Iterator[PinnedDirectory]:
-    """The tree at ``path`` now, held for reading until the block ends (OSError if it is not a directory)."""
+    """The tree at ``path`` now, held for reading until the block ends (OSError if it is not a directory).
+
+    Nested in the same thread, a pin of the same path is the outer one: a caller that reads several
+    things through functions that each pin (a resume: weights, optimizer, history) pins once around them.
+    """
+    pins: dict[str, PinnedDirectory] = _pins.__dict__.setdefault("open", {})
+    key = os.path.abspath(path)
+    if key in pins:
+        yield pins[key]
+        return
+    tree = PinnedDirectory(Path(path), _open_pinned(path))
+    pins[key] = tree
+    try:
+        yield tree
+    finally:
+        del pins[key]
+        os.close(tree.fd)  # and with it the shared lock
+
+
+def _open_pinned(path: str | Path) -> int:
+    """A descriptor of the directory at ``path``, share-locked, and not retired meanwhile."""
     for _ in range(_ATTEMPTS):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             _flock(fd, fcntl.LOCK_SH)
             if os.fstat(fd).st_nlink > 0:
-                break
+                return fd
         except BaseException:
             os.close(fd)
             raise
         os.close(fd)  # retired while we waited for the lock: the path names a newer tree
-    else:
-        raise OSError(errno.EAGAIN, "replaced again and again while being opened; try again", str(path))
-    try:
-        yield PinnedDirectory(Path(path), fd)
-    finally:
-        os.close(fd)  # and with it the shared lock
+    raise OSError(errno.EAGAIN, "replaced again and again while being opened; try again", str(path))
 
 
 def retire_directory(path: Path) -> None:
     """Delete a tree a replacement took out of use, once the readers that pinned it are done."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        _refuse_own_pin(fd, path)
         _flock(fd, fcntl.LOCK_EX)
         shutil.rmtree(path)
     finally:
         os.close(fd)
+
+
+def _refuse_own_pin(fd: int, path: Path) -> None:
+    """Waiting for our own shared lock would wait forever: a thread must not replace what it is reading."""
+    mine = os.fstat(fd)
+    for tree in _pins.__dict__.get("open", {}).values():
+        pinned = os.fstat(tree.fd)
+        if (pinned.st_dev, pinned.st_ino) == (mine.st_dev, mine.st_ino):
+            raise RuntimeError(f"{tree.path}: replaced while this thread reads it through a pin; "
+                               "read it all first, then write")
 
 
 def _flock(fd: int, operation: int) -> None:
