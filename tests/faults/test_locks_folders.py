@@ -149,3 +149,20 @@ def test_a_writer_killed_with_minus_nine_leaves_a_lock_file_that_blocks_nobody(i
     assert stale.read_text().strip() == str(holder.pid)  # left behind, naming the dead writer
     assert main(sweep_argv(spec, data, out)) == 0  # resumes the killed sweep: nothing blocks it
     assert not os.path.lexists(stale) and len(list((out / "runs").iterdir())) == 2
+
+
+def test_a_lock_file_that_is_a_symlink_or_a_users_file_is_never_written_through(tmp_path):
+    """The lock file is truncated when taken: a hostile link there must not reach what it points at."""
+    from blockspec.outputs.lock import lock_file_of
+
+    checkpoint, secret = tmp_path / "ck", tmp_path / "notes.txt"
+    secret.write_text("keep me")
+    lock_file_of(checkpoint).symlink_to(secret)
+    with pytest.raises(blockspec.BlockspecError, match="is a symbolic link; remove it"):
+        blockspec.save(tiny_model(1), checkpoint)
+    lock_file_of(checkpoint).unlink()
+    lock_file_of(checkpoint).write_text("a user's file, not a pid\n")
+    with pytest.raises(blockspec.BlockspecError, match="is not a blockspec lock file"):
+        blockspec.save(tiny_model(1), checkpoint)
+    assert secret.read_text() == "keep me" and not checkpoint.exists()
+    assert lock_file_of(checkpoint).read_text() == "a user's file, not a pid\n"
