@@ -13,11 +13,15 @@ never empty when it is installed. An existing *empty* directory may be taken.
 Replacing (``overwrite=True``) uses ``renameat2(RENAME_EXCHANGE)``. Where the exchange is
 unavailable the old directory is first renamed to ``.<name>.previous``; ``previous_of`` names
 it, so a reader can fall back to it if a kill hit between the renames. Either way the old
-directory is kept until the new one is complete.
+directory is kept until the new one is complete, and deleted only once the readers that pinned it
+are done (``outputs/pinned.py``).
 
 Any OSError on the way (a full disk, a read-only place) is an ``OutputError`` naming the target
 (``outputs/failures.py``); the staging directory is removed, and one left by a killed writer is
 removed by the next writer of the same target (``outputs/staging.py``).
+
+The writer holds the target's folder lock throughout (``outputs/lock.py``): a second process writing
+the same target is refused at once, naming the first.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from blockspec.outputs.failures import output_errors
 from blockspec.outputs.modes import apply_umask
 from blockspec.outputs.staging import own_staging_prefix, remove_stale_staging
 from blockspec.outputs.targets import OutputExistsError
+from blockspec.outputs.lock import folder_lock
+from blockspec.outputs.pinned import retire_directory
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -52,17 +58,19 @@ def atomic_directory(target: Path, *, overwrite: bool = False) -> Iterator[Path]
     """
     with output_errors(target):
         target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_staging(target)
-        staging = Path(tempfile.mkdtemp(prefix=own_staging_prefix(target), dir=target.parent))
-    try:
-        with output_errors(target, staging=staging):
-            yield staging
-            apply_umask(staging)
-            sync_tree(staging)
-            _install(staging, target, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    with folder_lock(target):
+        with output_errors(target):
+            remove_stale_staging(target)
+            staging = Path(tempfile.mkdtemp(prefix=own_staging_prefix(target), dir=target.parent))
+        try:
+            with output_errors(target, staging=staging):
+                yield staging
+                apply_umask(staging)
+                sync_tree(staging)
+                _install(staging, target, overwrite)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 def previous_of(target: Path) -> Path:
@@ -106,7 +114,7 @@ def create_exclusive(source: Path, target: Path) -> None:
 
 def _replace(staging: Path, target: Path) -> None:
     if exchange(staging, target):
-        shutil.rmtree(staging)  # staging now holds the old directory
+        retire_directory(staging)  # staging now holds the old directory
     else:
         _swap_with_backup(staging, target)
 
@@ -114,10 +122,10 @@ def _replace(staging: Path, target: Path) -> None:
 def _swap_with_backup(staging: Path, target: Path) -> None:
     backup = previous_of(target)
     if backup.exists():
-        shutil.rmtree(backup)
+        retire_directory(backup)
     os.rename(target, backup)
     os.rename(staging, target)
-    shutil.rmtree(backup)
+    retire_directory(backup)
 
 
 def exchange(first: Path, second: Path) -> bool:

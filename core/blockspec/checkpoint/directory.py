@@ -13,15 +13,19 @@ The directory is written atomically and exclusively (see atomic.py): an existing
 is only ever replaced with ``overwrite=True``. It is verified on load: a flipped bit in
 the spec or the weights fails the sha256 check before anything is parsed. Weights are only
 ever read from safetensors; nothing here unpickles.
+
+A reader pins the directory (``outputs/pinned.py``): everything one call reads (manifest, spec,
+weights, carried files) comes from the tree the path named when it began, however often another
+process replaces the checkpoint meanwhile.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +55,8 @@ from blockspec.checkpoint.manifest import (
     check_sizes,
     read_manifest,
     record_files,
+    verified_bytes,
     weights_digests,
-    verify_file,
 )
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
@@ -60,6 +64,7 @@ from blockspec.checkpoint.safetensors_file import read_header, write_file
 from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.verified_weights import load_verified_weights
 from blockspec.checkpoint.weights import unique_state
+from blockspec.outputs.pinned import PinnedDirectory, pinned_directory
 
 
 
@@ -151,44 +156,51 @@ def load(
     hashed when ``read_extra_file`` reads them, and a missing one is an error then). ``dtype`` None keeps the stored floating dtype. Every problem with the weights (missing,
     unexpected or mis-shaped tensors) is reported in one CheckpointError.
     """
-    directory = checkpoint_directory(path)
     registry = registry if registry is not None else _default_registry()
-    manifest = read_manifest(directory)
-    check_sizes(directory, _without_absent_training_files(directory, manifest))
-    spec = _read_spec(directory, manifest, registry)
-    model = load_verified_weights(directory / WEIGHTS_FILE, manifest, spec, registry, str(directory / SPEC_FILE))
-    model.carried = read_carried(directory)
+    with pinned_checkpoint(path) as tree:
+        manifest = _manifest(tree)
+        check_sizes(tree, _without_absent_training_files(tree, manifest))
+        spec = _read_spec(tree, manifest, registry)
+        with tree.open(WEIGHTS_FILE) as weights:
+            model = load_verified_weights(tree.path / WEIGHTS_FILE, weights, manifest, spec, registry,
+                                          str(tree.path / SPEC_FILE))
+        model.carried = _carried(tree, manifest)
     model = model.to(dtype=dtype) if dtype is not None else model
     return model.to(device) if device is not None else model
 
 
-def _without_absent_training_files(directory: Path, manifest: Manifest) -> Manifest:
+def _without_absent_training_files(tree: PinnedDirectory, manifest: Manifest) -> Manifest:
     files = {name: record for name, record in manifest.files.items()
-             if name not in TRAINING_FILES or os.path.lexists(directory / name)}
+             if name not in TRAINING_FILES or tree.lexists(name)}
     return Manifest(files=files, tensors=manifest.tensors, extra=manifest.extra)
 
 
 def load_spec_of(path: str | Path, registry: Registry | None = None) -> ModelSpec:
     """Just the (verified) spec of a checkpoint: cheap, for ``show`` and friends."""
-    directory = checkpoint_directory(path)
     registry = registry if registry is not None else _default_registry()
-    return _read_spec(directory, read_manifest(directory), registry)
+    with pinned_checkpoint(path) as tree:
+        return _read_spec(tree, _manifest(tree), registry)
 
 
 def read_extra_file(path: str | Path, name: str) -> bytes:
     """One extra file of a checkpoint, after its size and sha256 match the manifest."""
-    directory = checkpoint_directory(path)
     try:
         check_file_name(name)
     except ValueError as error:
         raise CheckpointError(str(error)) from None
-    return verify_file(directory, read_manifest(directory), name).read_bytes()
+    with pinned_checkpoint(path) as tree:
+        return verified_bytes(tree, _manifest(tree), name)
 
 
 def read_carried(path: str | Path) -> dict[str, bytes]:
     """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified."""
-    names = carried_names(read_checkpoint_manifest(path).files)
-    return {name.removeprefix(CARRIED_PREFIX): read_extra_file(path, name) for name in names}
+    with pinned_checkpoint(path) as tree:
+        return _carried(tree, _manifest(tree))
+
+
+def _carried(tree: PinnedDirectory, manifest: Manifest) -> dict[str, bytes]:
+    names = carried_names(manifest.files)
+    return {name.removeprefix(CARRIED_PREFIX): verified_bytes(tree, manifest, name) for name in names}
 
 
 def read_checkpoint_manifest(path: str | Path) -> Manifest:
@@ -210,16 +222,32 @@ def checkpoint_directory(path: str | Path) -> Path:
     raise CheckpointError(f"{directory}: {what}")
 
 
+@contextmanager
+def pinned_checkpoint(path: str | Path) -> Iterator[PinnedDirectory]:
+    """The checkpoint directory at ``path``, pinned: every file read through it comes from one save."""
+    directory = checkpoint_directory(path)
+    with ExitStack() as stack:
+        try:
+            tree = stack.enter_context(pinned_directory(directory))
+        except OSError as error:
+            raise CheckpointError(f"{directory}: cannot read the checkpoint: {error.strerror}") from None
+        yield tree
+
+
+def _manifest(tree: PinnedDirectory) -> Manifest:
+    return read_manifest(tree.path, opener=tree.opener)
+
+
 def _default_registry() -> Registry:
     from blockspec.registry.loading import load_registry
 
     return load_registry()
 
 
-def _read_spec(directory: Path, manifest: Manifest, registry: Registry) -> ModelSpec:
-    path = verify_file(directory, manifest, SPEC_FILE)
+def _read_spec(tree: PinnedDirectory, manifest: Manifest, registry: Registry) -> ModelSpec:
+    path, data = tree.path / SPEC_FILE, verified_bytes(tree, manifest, SPEC_FILE)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
         raise CheckpointError(f"{path}: not a valid spec: {type(error).__name__}: {error}") from None
     try:

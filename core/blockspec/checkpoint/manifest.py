@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from attrs import field, frozen
 
@@ -20,6 +20,7 @@ from blockspec.checkpoint.digest import BackgroundDigest
 from blockspec.checkpoint.layout import MANIFEST_FILE
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, TensorEntry, iter_tensor_bytes
 from blockspec.errors import CheckpointError
+from blockspec.outputs.pinned import Opener, PinnedDirectory
 from blockspec.spec.documents import structure_document
 from blockspec.spec.json_read import read_json_object
 from blockspec.spec.validators import Check
@@ -90,10 +91,15 @@ def check_file_name(name: Any) -> str:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
+        return sha256_stream(handle, chunk)
+
+
+def sha256_stream(handle: BinaryIO, chunk: int = 1 << 20) -> str:
+    """The sha256 of what is left to read in ``handle``."""
+    digest = hashlib.sha256()
+    while block := handle.read(chunk):
+        digest.update(block)
     return digest.hexdigest()
 
 
@@ -133,10 +139,14 @@ def record_files(directory: Path, names: Iterable[str]) -> dict[str, FileRecord]
 # ---------------------------------------------------------------- reading
 
 
-def read_manifest(directory: Path) -> Manifest:
-    """Parse and validate manifest.json; every defect is a CheckpointError naming the file and $.path."""
+def read_manifest(directory: Path, *, opener: Opener | None = None) -> Manifest:
+    """Parse and validate manifest.json; every defect is a CheckpointError naming the file and $.path.
+
+    ``opener``: a ``PinnedDirectory``'s, to read the manifest of that tree.
+    """
     path = directory / MANIFEST_FILE
-    data = read_json_object(path, MANIFEST_LIMIT, what="the manifest", hint="; is this a blockspec checkpoint directory?")
+    data = read_json_object(path, MANIFEST_LIMIT, what="the manifest", hint="; is this a blockspec checkpoint directory?",
+                            opener=opener)
     document = structure_document(data, ManifestDocument, file=str(path), error=CheckpointError)
     return Manifest(files=document.files, tensors=document.tensors, extra=document.extra)
 
@@ -144,25 +154,26 @@ def read_manifest(directory: Path) -> Manifest:
 # ---------------------------------------------------------------- verifying
 
 
-def verify_file(directory: Path, manifest: Manifest, name: str) -> Path:
-    """The file's path once its size and sha256 match the manifest; else CheckpointError."""
-    path = directory / name
+def verified_bytes(tree: PinnedDirectory, manifest: Manifest, name: str) -> bytes:
+    """The file's bytes, read once, after their size and sha256 match the manifest; else CheckpointError."""
     record = manifest.files.get(name)
     if record is None:
-        raise CheckpointError(f"{directory / MANIFEST_FILE}: $.files: no record for {name!r}; "
+        raise CheckpointError(f"{tree.path / MANIFEST_FILE}: $.files: no record for {name!r}; "
                               "the checkpoint is incomplete or was not written by blockspec.save")
-    check_sizes(directory, Manifest(files={name: record}, tensors={}, extra={}))
-    if sha256_file(path) != record.sha256:
-        raise CheckpointError(f"{path}: sha256 differs from the manifest: the file is corrupt or was modified")
-    return path
+    check_sizes(tree, Manifest(files={name: record}, tensors={}, extra={}))
+    with tree.open(name) as handle:
+        data = handle.read(record.size + 1)
+    if len(data) != record.size or hashlib.sha256(data).hexdigest() != record.sha256:
+        raise CheckpointError(f"{tree.path / name}: sha256 differs from the manifest: the file is corrupt or was modified")
+    return data
 
 
-def check_sizes(directory: Path, manifest: Manifest) -> None:
+def check_sizes(tree: PinnedDirectory, manifest: Manifest) -> None:
     """Every listed file present with its recorded size: cheap, catches a truncated extra file early."""
     for name, record in manifest.files.items():
-        path = directory / name
-        if not path.is_file():
+        path = tree.path / name
+        if not tree.is_file(name):
             raise CheckpointError(f"{path}: listed in the manifest but missing")
-        if path.stat().st_size != record.size:
-            raise CheckpointError(f"{path}: {path.stat().st_size} bytes, the manifest records {record.size} "
-                                  "(truncated or replaced?)")
+        size = tree.stat(name).st_size
+        if size != record.size:
+            raise CheckpointError(f"{path}: {size} bytes, the manifest records {record.size} (truncated or replaced?)")

@@ -15,7 +15,7 @@ import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from attrs import frozen
 
@@ -51,13 +51,23 @@ class SafetensorsHeader:
         return {name: entry.shape for name, entry in self.entries.items()}
 
 
-def read_header(path: Path) -> SafetensorsHeader:
-    """Parse and fully validate the header; raise CheckpointError naming what is wrong."""
-    size = _file_size(path)
-    with open(path, "rb") as handle:
-        length = _header_length(path, handle.read(8), size)
-        raw = handle.read(length)
-    document = _parse_json(path, raw)
+def read_header(path: Path, handle: BinaryIO | None = None) -> SafetensorsHeader:
+    """Parse and fully validate the header; raise CheckpointError naming what is wrong.
+
+    Read from ``handle``, an open binary file of ``path``, when given: the caller then reads the tensors
+    from the same file, whatever is renamed to ``path`` meanwhile.
+    """
+    if handle is None:
+        try:
+            opened = open(path, "rb")
+        except OSError as error:
+            raise fail(path, f"cannot read weights: {error.strerror}") from None
+        with opened:
+            return read_header(path, opened)
+    size = os.fstat(handle.fileno()).st_size
+    handle.seek(0)
+    length = _header_length(path, handle.read(8), size)
+    document = _parse_json(path, handle.read(length))
     metadata = _metadata(path, document.pop(METADATA_KEY, None))
     data_start = 8 + length
     entries = {name: _entry(path, name, value, data_start) for name, value in document.items()}
@@ -68,13 +78,6 @@ def read_header(path: Path) -> SafetensorsHeader:
 def fail(path: Path, message: str, tensor: str | None = None) -> CheckpointError:
     where = f"{path}: tensor {tensor!r}" if tensor is not None else str(path)
     return CheckpointError(f"{where}: {message}")
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError as error:
-        raise fail(path, f"cannot read weights: {error.strerror}") from None
 
 
 def _header_length(path: Path, prefix: bytes, size: int) -> int:

@@ -5,17 +5,20 @@ the meta device before anything is allocated. Then one sequential read feeds bot
 whole-file sha256 and each tensor's own digest (dtype, shape, bytes) while the tensors are
 copied in. A damaged tensor is named; a damaged header fails the file digest. Whenever
 parsing or checking fails, the file digest decides whether the message says "corrupt".
+
+The file is opened once, by the caller: header, tensors and digests all come from that one file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
 from blockspec.checkpoint.digest import BackgroundDigest
 from blockspec.errors import CheckpointError
-from blockspec.checkpoint.manifest import Manifest, sha256_file, tensor_hasher
+from blockspec.checkpoint.manifest import Manifest, sha256_stream, tensor_hasher
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.checkpoint.safetensors_file import (SafetensorsHeader, TensorEntry, as_tensor, read_bytes, read_header, read_into,
@@ -27,26 +30,27 @@ from blockspec.checkpoint.weights import (build_on_meta, check_dtypes, check_lay
 LAYER_INDEX = r"^blocks\.(\d+)\."
 
 
-def load_verified_weights(path: Path, manifest: Manifest, spec: ModelSpec, registry: Registry, spec_file: str
-                          ) -> Transformer:
-    """The model ``spec`` describes, filled from ``path``; CheckpointError on any mismatch."""
+def load_verified_weights(path: Path, handle: BinaryIO, manifest: Manifest, spec: ModelSpec, registry: Registry,
+                          spec_file: str) -> Transformer:
+    """The model ``spec`` describes, filled from ``handle`` (open on ``path``); CheckpointError on any mismatch."""
     from blockspec.assembly.assemble import build_unfilled
 
     record = manifest.files.get(path.name)
     if record is None:
         raise CheckpointError(f"{path.parent / 'manifest.json'}: $.files: no record for {path.name!r}")
     try:
-        header = _checked_header(path, spec, registry, spec_file)
+        header = _checked_header(path, handle, spec, registry, spec_file)
     except CheckpointError as error:
-        raise _corrupt_or(error, path, record.sha256) from None
+        raise _corrupt_or(error, path, handle, record.sha256) from None
     model = build_unfilled(spec, registry=registry, dtype=common_float_dtype([torch_dtype(e.dtype)
                                                                               for e in header.entries.values()]))
-    _fill_and_verify(unique_state(model), header, manifest, record.sha256)
+    _fill_and_verify(unique_state(model), header, handle, manifest, record.sha256)
     return model
 
 
-def _checked_header(path: Path, spec: ModelSpec, registry: Registry, spec_file: str) -> SafetensorsHeader:
-    header = read_header(path)
+def _checked_header(path: Path, handle: BinaryIO, spec: ModelSpec, registry: Registry, spec_file: str
+                    ) -> SafetensorsHeader:
+    header = read_header(path, handle)
     check_layer_count(header.entries, LAYER_INDEX, spec.model.n_layers, str(path), spec_file)
     meta = build_on_meta(spec, registry, spec_file)
     state = unique_state(meta)
@@ -56,22 +60,24 @@ def _checked_header(path: Path, spec: ModelSpec, registry: Registry, spec_file: 
     return header
 
 
-def _corrupt_or(error: CheckpointError, path: Path, sha256: str) -> CheckpointError:
+def _corrupt_or(error: CheckpointError, path: Path, handle: BinaryIO, sha256: str) -> CheckpointError:
     """Say "corrupt" first when the bytes are not the ones the manifest recorded."""
-    if path.is_file() and sha256_file(path) != sha256:
+    handle.seek(0)
+    if sha256_stream(handle) != sha256:
         return CheckpointError(f"{path}: sha256 differs from the manifest: the file is corrupt or was modified\n"
                                f"{error}")
     return error
 
 
-def _fill_and_verify(state: dict[str, torch.Tensor], header: SafetensorsHeader, manifest: Manifest,
-                     sha256: str) -> None:
+def _fill_and_verify(state: dict[str, torch.Tensor], header: SafetensorsHeader, handle: BinaryIO,
+                     manifest: Manifest, sha256: str) -> None:
     """One read of the file: its digest, each tensor's digest, and the copy into the model.
 
     A damaged tensor may already be in the model when it is found: the error then discards it.
     """
     damaged = []
-    with BackgroundDigest() as whole, open(header.path, "rb") as handle, torch.no_grad():
+    handle.seek(0)
+    with BackgroundDigest() as whole, torch.no_grad():
         whole.update(handle.read(min(e.start for e in header.entries.values()) if header.entries else 0))
         for entry in sorted(header.entries.values(), key=lambda e: e.start):
             data = _read_into_model(state[entry.name], entry, header, handle)

@@ -26,6 +26,7 @@ from attrs import frozen
 from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.outputs.kinds import directory_kind
 from blockspec.outputs.targets import check_writable_target
+from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
 from blockspec.data.dataset import TRAIN_FRACTION, DataError
@@ -76,10 +77,11 @@ def prepare(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: st
     dataset there survives any failure. ``progress`` is told how many bytes of text each piece held.
     """
     target = check_writable_target(out, kind=PREPARED, overwrite=overwrite, inputs=paths)
-    check_text_files(paths)
-    tokenizer = tokenizer or char_tokenizer(paths)
-    with atomic_directory(target, overwrite=overwrite) as staging:
-        return _write(paths, tokenizer, staging, progress)
+    with folder_lock(target):  # a second writer of this folder is refused here, before any text is read
+        check_text_files(paths)
+        tokenizer = tokenizer or char_tokenizer(paths)
+        with atomic_directory(target, overwrite=overwrite) as staging:
+            return _write(paths, tokenizer, staging, progress)
 
 
 def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,

@@ -1,4 +1,4 @@
-"""The output policy: where an output may go, what it may replace, and how it is written.
+"""The output policy: where an output may go, what it may replace, how it is written, one writer at a time.
 
 Torch-free and below every writer (it imports only ``blockspec.errors`` and the standard library):
 
@@ -8,7 +8,9 @@ Torch-free and below every writer (it imports only ``blockspec.errors`` and the 
 - ``atomic_file``: one file written beside and renamed (directories: ``checkpoint/atomic.py``);
 - ``staging``: the staging names beside a target, and cleaning up after killed writers;
 - ``failures``: an OSError on an output as one line, with the space it needed;
-- ``modes``: the modes the umask gives new files and directories.
+- ``modes``: the modes the umask gives new files and directories;
+- ``lock``: one writer per output folder (``folder_lock``), refused naming the holder's pid;
+- ``pinned``: a directory opened once, read under a shared lock, retired only after its readers.
 """
 
 from blockspec.outputs.atomic_file import atomic_file, write_atomically

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from blockspec.errors import CheckpointError
 
 
-def read_json_object(path: Path, limit: int, *, what: str = "", hint: str = "") -> dict[str, Any]:
-    """At most ``limit`` bytes of UTF-8 JSON holding an object; ``what`` names the file's role in messages."""
+def read_json_object(path: Path, limit: int, *, what: str = "", hint: str = "",
+                     opener: Callable[[str, int], int] | None = None) -> dict[str, Any]:
+    """At most ``limit`` bytes of UTF-8 JSON holding an object; ``what`` names the file's role in messages.
+
+    ``opener`` is ``open``'s (a pinned directory's, to read ``path`` in the tree it holds).
+    """
     role = f" {what}" if what else ""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb", opener=opener) as handle:
             raw = handle.read(limit + 1)
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read{role}: {error.strerror}{hint}") from None

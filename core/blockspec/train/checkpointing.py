@@ -29,7 +29,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
-from blockspec.checkpoint.directory import load, read_checkpoint_manifest, read_extra_file, save
+from blockspec.checkpoint.directory import load, pinned_checkpoint, read_checkpoint_manifest, read_extra_file, save
 from blockspec.checkpoint.layout import OPTIMIZER_FILE, TOKENIZER_FILE, TRAINING_FILE, carried_entries
 from blockspec.errors import CheckpointError, Problem
 from blockspec.modules.transformer import Transformer
@@ -163,18 +163,22 @@ def unflatten_optimizer_state(tensors: dict[str, torch.Tensor], groups: list[dic
 
 
 def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Checkpoint:
-    """Verify and read every part of a training checkpoint; anything missing or corrupt is a CheckpointError."""
-    model = load(path, registry=registry)
-    document = structure_document(_json(path, TRAINING_FILE), TrainingDocument,
-                                  file=f"{path}/{TRAINING_FILE}", error=CheckpointError)
-    training = CONVERTER.unstructure(document)
-    optimizer = _tensors(path, OPTIMIZER_FILE)
+    """Verify and read every part of a training checkpoint; anything missing or corrupt is a CheckpointError.
+
+    Every part comes from one save (the directory is pinned), however often another process replaces it."""
+    with pinned_checkpoint(path):
+        model = load(path, registry=registry)
+        document = structure_document(_json(path, TRAINING_FILE), TrainingDocument,
+                                      file=f"{path}/{TRAINING_FILE}", error=CheckpointError)
+        training = CONVERTER.unstructure(document)
+        optimizer = _tensors(path, OPTIMIZER_FILE)
+        tokenizer = _own_tokenizer(path)
     optimizer_state = unflatten_optimizer_state(optimizer, training.pop("param_groups", []))
     check_optimizer_state(model, optimizer_state, source=f"{path}/{OPTIMIZER_FILE}")
     aliases = tied_aliases(model)
     return Checkpoint(
         spec=model.spec,
-        tokenizer=_own_tokenizer(path),
+        tokenizer=tokenizer,
         model_state={k: v.detach() for k, v in model.state_dict().items() if k not in aliases},
         optimizer_state=optimizer_state,
         rng_state=check_rng_state(optimizer.get("rng/cpu"), source=f"{path}/{OPTIMIZER_FILE}"),

@@ -10,6 +10,7 @@ caller hears of each step and evaluation through a ``Listener``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from blockspec.assembly.assemble import build
 from blockspec.assembly.memory import check_fits, training_estimate
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.layout import carried_entries
+from blockspec.outputs.lock import folder_lock
 from blockspec.registry.components import Registry
 from blockspec.spec.convert import spec_to_dict
 from blockspec.spec.schema import ModelSpec
@@ -165,7 +167,15 @@ def execute(run: Run, trainer: Trainer, listener: Listener | None = None) -> Out
 
     A run that diverges raises DivergedError and saves nothing after its last good step. Ctrl-C ends the
     step under way, saves it (a checkpoint ``--resume`` continues bit for bit) and raises Interrupted.
+    The run holds its checkpoint's folder lock throughout: a second writer of ``out`` is refused before
+    it trains, not at its save.
     """
+    writes = run.out is not None and trainer.world.is_main
+    with folder_lock(run.out) if writes else contextlib.nullcontext():
+        return _execute(run, trainer, listener)
+
+
+def _execute(run: Run, trainer: Trainer, listener: Listener | None) -> Outcome:
     meter = Meter.begin(trainer, measure_peak=run.measure_peak)
     keeper = _Keeper(run, trainer)
 

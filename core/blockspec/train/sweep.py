@@ -34,6 +34,7 @@ from blockspec.outputs.failures import output_errors
 from blockspec.outputs.kinds import directory_kind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.errors import BlockspecError, Problem
+from blockspec.outputs.lock import folder_lock
 from blockspec.registry.components import Registry
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import spec_to_dict
@@ -299,25 +300,26 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
-    prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
-    with output_errors(folder):
-        (folder / RUNS).mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
-    jobs = [(v, s) for v in variants for s in seeds]
-    runs = []
-    for number, (variant, seed) in enumerate(jobs, start=1):
-        directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
-        try:
-            result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                               registry=registry, world=world, checkpoint_every=checkpoint_every,
-                               memory_check=memory_check)
-        except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
-            raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
-                              "rerun the same sweep command to resume it", saved=stopped.saved) from None
-        runs.append(result)
-        if report is not None:
-            report(number, len(jobs), result)
-    return write_results(folder, variants, runs)
+    with folder_lock(folder):  # a second sweep of this folder is refused here, before it changes anything
+        prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
+        with output_errors(folder):
+            (folder / RUNS).mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
+        jobs = [(v, s) for v in variants for s in seeds]
+        runs = []
+        for number, (variant, seed) in enumerate(jobs, start=1):
+            directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
+            try:
+                result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
+                                   registry=registry, world=world, checkpoint_every=checkpoint_every,
+                                   memory_check=memory_check)
+            except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
+                raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
+                                  "rerun the same sweep command to resume it", saved=stopped.saved) from None
+            runs.append(result)
+            if report is not None:
+                report(number, len(jobs), result)
+        return write_results(folder, variants, runs)
 
 
 # ---------------------------------------------------------------- results
