@@ -36,6 +36,7 @@ from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
 from blockspec.errors import CheckpointError, SpecError
+from blockspec.outputs.lock import folder_lock
 from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
 from blockspec.checkpoint.layout import (
     CHECKPOINT,
@@ -93,17 +94,24 @@ def save(
     spec = _spec_of(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
     files.update(_checked_extra_files({**carried_entries(getattr(model, "carried", {})), **(extra_files or {})}))
-    check_writable_target(target, kind=CHECKPOINT, overwrite=overwrite)
-    with atomic_directory(target, overwrite=overwrite) as staging:
-        for name, data in files.items():
-            (staging / name).parent.mkdir(exist_ok=True)
-            (staging / name).write_bytes(data)
-        write_file(unique_state(model), staging / WEIGHTS_FILE, metadata={"format": "pt"})
-        weights_record, tensors = weights_digests(read_header(staging / WEIGHTS_FILE))
-        records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
-        manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
-        (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+    with folder_lock(target):  # checked under the lock: another writer's swap is never seen half-done
+        check_writable_target(target, kind=CHECKPOINT, overwrite=overwrite)
+        with atomic_directory(target, overwrite=overwrite) as staging:
+            _write_checkpoint(staging, model, files, extra)
     return target
+
+
+def _write_checkpoint(staging: Path, model: Transformer, files: Mapping[str, bytes],
+                      extra: Mapping[str, Any] | None) -> None:
+    """The checkpoint's files in ``staging``: the given ones, the weights, and the manifest of them all."""
+    for name, data in files.items():
+        (staging / name).parent.mkdir(exist_ok=True)
+        (staging / name).write_bytes(data)
+    write_file(unique_state(model), staging / WEIGHTS_FILE, metadata={"format": "pt"})
+    weights_record, tensors = weights_digests(read_header(staging / WEIGHTS_FILE))
+    records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
+    manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
+    (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
 
 
 def _spec_of(model: Transformer) -> ModelSpec:

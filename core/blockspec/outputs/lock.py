@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from blockspec.errors import BlockspecError, Problem
+from blockspec.errors import BlockspecError, OutputError, Problem
+from blockspec.outputs.failures import output_errors, write_failure
 
 LOCK_SUFFIX = ".lock"
 _ATTEMPTS = 20  # takeovers of a file its holder removed while we opened it, before giving up
@@ -78,7 +79,8 @@ def folder_lock(folder: str | Path) -> Iterator[Path]:
 
 def _acquire(lock_path: Path, folder: Path) -> int:
     """Lock the file at ``lock_path`` (made if missing) and write our pid in it; the fd holds the lock."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with output_errors(folder):
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(_ATTEMPTS):
         fd = _open(lock_path, folder)
         try:
@@ -88,7 +90,12 @@ def _acquire(lock_path: Path, folder: Path) -> int:
             os.close(fd)
             raise FolderLockedError(folder, pid) from None
         if _is_current(fd, lock_path):
-            return _claim(fd, lock_path)
+            try:
+                with output_errors(folder):  # the pid needs a block: a full disk refuses it
+                    return _claim(fd, lock_path)
+            except OutputError:
+                _release(fd, lock_path)  # the file we made: nothing is left beside the output
+                raise
         os.close(fd)  # its holder removed this file as we opened it: lock the one at the path now
     raise FolderLockedError(folder, reason=f"its lock file {lock_path} keeps being replaced; try again")
 
@@ -97,8 +104,9 @@ def _open(lock_path: Path, folder: Path) -> int:
     try:  # never through a symbolic link: the file is truncated
         return os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as error:
-        what = "is a symbolic link" if error.errno == errno.ELOOP else f"cannot be opened: {error.strerror}"
-        raise FolderLockedError(folder, reason=f"its lock file {lock_path} {what}; remove it") from None
+        if error.errno != errno.ELOOP:  # a read-only place, a full disk: the output cannot be written there
+            raise write_failure(folder, error) from None
+        raise FolderLockedError(folder, reason=f"its lock file {lock_path} is a symbolic link; remove it") from None
 
 
 def _claim(fd: int, lock_path: Path) -> int:

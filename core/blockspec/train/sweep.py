@@ -300,6 +300,7 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
     folder = Path(out)
     plan = plan_document(str(spec), base, vary, seeds, config, str(data))
+    check_writable_target(folder, kind=SWEEP, overwrite=True, inputs=[str(spec), str(data)])  # before the lock
     with folder_lock(folder):  # a second sweep of this folder is refused here, before it changes anything
         prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
         with output_errors(folder):
