@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
+from blockspec.checkpoint.contained import contained_file
 from blockspec.checkpoint.outputs import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
@@ -175,17 +176,21 @@ def load_spec_of(path: str | Path, registry: Registry | None = None) -> ModelSpe
 
 
 def read_extra_file(path: str | Path, name: str) -> bytes:
-    """One extra file of a checkpoint, after its size and sha256 match the manifest."""
+    """One extra file of a checkpoint, after its size and sha256 match the manifest (and it is a regular file
+    inside the checkpoint: ``contained``)."""
     directory = checkpoint_directory(path)
     try:
         check_file_name(name)
     except ValueError as error:
         raise CheckpointError(str(error)) from None
+    if os.path.lexists(directory / name):  # a missing one: verify_file says what the manifest expected
+        contained_file(directory / name, (Path(os.path.realpath(directory)),))
     return verify_file(directory, read_manifest(directory), name).read_bytes()
 
 
 def read_carried(path: str | Path) -> dict[str, bytes]:
-    """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified."""
+    """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified and read
+    inside the checkpoint (a link out of it is refused, whatever the manifest says)."""
     names = carried_names(read_checkpoint_manifest(path).files)
     return {name.removeprefix(CARRIED_PREFIX): read_extra_file(path, name) for name in names}
 

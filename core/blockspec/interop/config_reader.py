@@ -14,8 +14,25 @@ from typing import Any
 import attrs
 
 from blockspec.errors import CheckpointError, Problem
+from blockspec.spec.schema import MAX_LAYERS
 
 REQUIRED = object()  # the default of a key that must be given: absent is a problem
+
+# The largest value each size key may hold (its older names too; a list: its length), checked as the key is
+# read, so nothing is ever sized by a larger one (a per-layer list, the model on the meta device, a table of
+# positions), and a refusal names the key the file gave. Far above every published model (Llama 3.1 405B:
+# 126 layers, width 16,384, 128 heads; Gemma 3: 262,144 tokens; Llama 4 Scout: 10M positions).
+SIZE_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "layer_types"), MAX_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd"), 1 << 17),
+    **dict.fromkeys(("intermediate_size", "n_inner"), 1 << 20),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_local_experts",
+                     "num_experts_per_tok"), 1 << 12),
+    "head_dim": 1 << 14,
+    "vocab_size": 1 << 24,
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx", "original_max_position_embeddings",
+                     "sliding_window"), 1 << 24),
+}
 
 # Keys every transformers config may carry that do not change what the model computes: bookkeeping,
 # generation defaults (generate's settings, not the model's), token ids and initialisation.
@@ -71,7 +88,19 @@ class ConfigReader:
         if not ok:
             self.problem(key, f"expected {kind.__name__}, found {type(value).__name__} {value!r:.40}")
             return None
+        if not self._within_bound(key, value):
+            return None
         return float(value) if kind is float else value
+
+    def _within_bound(self, key: str, value: Any) -> bool:
+        """Whether a size key's value (a list: its length) lies in [0, SIZE_BOUNDS[key]]; if not, a problem."""
+        bound, size = SIZE_BOUNDS.get(key), len(value) if isinstance(value, list) else value
+        if bound is None or not isinstance(size, int) or 0 <= size <= bound:
+            return True
+        what = "at most {bound:,} entries" if isinstance(value, list) else f"an integer from 0 to {bound:,}"
+        self.problem(key, f"expected {what.format(bound=bound)}, found {size:,}",
+                     "far above any published model: is it a typo?")
+        return False
 
     def problem(self, key: str, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(file=self.file, path=f"$.{key}", message=message, hint=hint))
