@@ -59,6 +59,9 @@ class ConfigReader:
         self.config, self.file = config, file
         self.problems: list[Problem] = []
         self.read: set[str] = set()
+        self.oversized: set[str] = set()  # size keys refused (each once), which ``get`` then reads as None
+        for key, value in config.items():  # every size key, read, shadowed by a newer name or inert alike
+            self._check_bound(key, value)
 
     def get(self, key: str, kind: type, default: Any = REQUIRED, *, aliases: tuple[str, ...] = ()) -> Any:
         self.read.update((key, *aliases))
@@ -88,26 +91,31 @@ class ConfigReader:
         if not ok:
             self.problem(key, f"expected {kind.__name__}, found {type(value).__name__} {value!r:.40}")
             return None
-        if not self._within_bound(key, value):
+        if key in self.oversized:
             return None
         return float(value) if kind is float else value
 
-    def _within_bound(self, key: str, value: Any) -> bool:
-        """Whether a size key's value (a list: its length) lies in [0, SIZE_BOUNDS[key]]; if not, a problem."""
+    def _check_bound(self, key: str, value: Any) -> None:
+        """A problem if a size key's value (a list: its length) lies outside [0, SIZE_BOUNDS[key]]."""
         bound, size = SIZE_BOUNDS.get(key), len(value) if isinstance(value, list) else value
         if bound is None or not isinstance(size, int) or 0 <= size <= bound:
-            return True
+            return
+        self.oversized.add(key)
         what = "at most {bound:,} entries" if isinstance(value, list) else f"an integer from 0 to {bound:,}"
         self.problem(key, f"expected {what.format(bound=bound)}, found {size:,}",
                      "far above any published model: is it a typo?")
-        return False
+
+    def refused(self, key: str) -> bool:
+        """Whether a problem names ``key`` already (a problem derived from its refusal would name it twice)."""
+        return any(problem.path == f"$.{key}" for problem in self.problems)
 
     def problem(self, key: str, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(file=self.file, path=f"$.{key}", message=message, hint=hint))
 
     def refuse_unread(self, family: str) -> None:
         """A problem for each set key that neither the family read nor INERT lists."""
-        for key in sorted(k for k, v in self.config.items() if v is not None and k not in self.read | INERT):
+        for key in sorted(k for k, v in self.config.items()
+                          if v is not None and k not in self.read | INERT | self.oversized):
             self.problem(key, f"unknown {family} config key", "blockspec cannot tell whether it changes the "
                          "model; remove it if it does not")
 

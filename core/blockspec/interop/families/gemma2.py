@@ -124,7 +124,7 @@ def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
     elif len(types) != n_layers or not all(kind in (SLIDING, FULL) for kind in types):  # entries of any type
         r.problem("layer_types", f"expected {n_layers} entries of {SLIDING!r} or {FULL!r}, found {types!r:.80}")
         return []
-    if window is None and SLIDING in types:
+    if window is None and SLIDING in types and not r.refused("sliding_window"):  # null, not refused as too wide
         r.problem("sliding_window", f"null, but layer_types has {SLIDING!r} layers",
                   "transformers needs the window of those layers")
         return []
