@@ -5,10 +5,8 @@ secret a link points at is in no output and no message."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -22,25 +20,12 @@ from blockspec.interop.hf_layout import CARRIED_LIMIT
 from blockspec.sources import tokenizer_of
 
 from ..test_families import spec_of
+from ..test_hostile_checkpoints import hang_guard
 from .hostile_dirs import CANARY, cli, holds_canary, plant_canary, pristine, registry, tree, write
 
 HANG_GUARD_S = 20  # a FIFO that were opened would block for ever: this turns a hang into a failure
 TOKENIZER = json.dumps({"version": "1.0", "model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1},
                                                      "unk_token": "a"}}).encode()
-
-
-@contextlib.contextmanager
-def hang_guard(seconds: float = HANG_GUARD_S):
-    def on_alarm(*_):
-        raise TimeoutError(f"blocked past the {seconds}s hang guard (a non-regular file was opened?)")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture
@@ -57,7 +42,7 @@ def scene(tmp_path_factory, tmp_path):
 def refused_at_the_cli(scene: Path, *expected: str) -> str:
     """import-hf over the good checkpoint with --force: one line, exit 2, nothing changed, no secret read."""
     before, source = tree(scene / "ck"), tree(scene / "hf")
-    with hang_guard():
+    with hang_guard(HANG_GUARD_S):
         code, lines = cli("import-hf", scene / "hf", "--out", scene / "ck", "--force")
     assert (code, len(lines)) == (2, 1), lines
     assert lines[0].startswith("blockspec: error: ") and all(word in lines[0] for word in expected), lines[0]
@@ -120,7 +105,7 @@ def test_a_fifo_config_or_weights_file_does_not_hang(scene):
     for name in ("model.safetensors", "config.json"):
         (scene / "hf" / name).unlink()
         os.mkfifo(scene / "hf" / name)
-        with hang_guard():
+        with hang_guard(HANG_GUARD_S):
             code, lines = cli("import-hf", scene / "hf", "--out", scene / "ck", "--force")
         assert code == 2 and len(lines) == 1 and lines[0].startswith("blockspec: error: "), lines
 
