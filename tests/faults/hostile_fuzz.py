@@ -67,7 +67,7 @@ def _config(hf: Path) -> dict | None:
     path = hf / "config.json"
     try:
         config = json.loads(path.read_bytes()) if path.is_file() and not path.is_symlink() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return config if isinstance(config, dict) else None
 
@@ -106,10 +106,19 @@ def config_bytes(rng, hf: Path, secret: Path) -> str:
     return f"config bytes {choice}"
 
 
-def _header(path: Path) -> tuple[dict, bytes]:
+def _header(path: Path) -> tuple[dict, bytes] | None:
+    """A plain weights file's header and data, or None when an earlier mutation made it something else."""
+    if not path.is_file() or path.is_symlink():
+        return None
     raw = path.read_bytes()
-    (length,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + length]), raw[8 + length:]
+    try:
+        (length,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + length])
+    except (struct.error, ValueError, RecursionError):
+        return None
+    ok = isinstance(header, dict) and all(isinstance(v, dict) and "data_offsets" in v
+                                          for k, v in header.items() if k != "__metadata__")
+    return (header, raw[8 + length:]) if ok and len(header) > 1 else None
 
 
 def _write_weights(path: Path, header: dict, data: bytes) -> None:
@@ -118,7 +127,7 @@ def _write_weights(path: Path, header: dict, data: bytes) -> None:
 
 
 def weights_header(rng, hf: Path, secret: Path) -> str:
-    if not (hf / WEIGHTS).is_file() or (hf / WEIGHTS).is_symlink():
+    if _header(hf / WEIGHTS) is None:
         return "weights header (no plain weights file)"
     header, data = _header(hf / WEIGHTS)
     name = rng.choice(sorted(k for k in header if k != "__metadata__"))
@@ -163,7 +172,7 @@ def weights_bytes(rng, hf: Path, secret: Path) -> str:
 
 def shards(rng, hf: Path, secret: Path) -> str:
     """Split the weights into two shards with an index; then, maybe, spoil the index or a shard."""
-    if not (hf / WEIGHTS).is_file() or (hf / WEIGHTS).is_symlink():
+    if _header(hf / WEIGHTS) is None:
         return "shards (no plain weights file)"
     header, data = _header(hf / WEIGHTS)
     names = sorted(k for k in header if k != "__metadata__")
