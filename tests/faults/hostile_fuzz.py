@@ -36,6 +36,7 @@ from ..test_hostile_checkpoints import hang_guard
 from .hostile_dirs import CANARY, FAMILIES, cli, holds_canary, plant_canary, pristine, registry, tree, write
 
 HANG_GUARD_S = 30
+GROWTH_NOTED = 64 << 20
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
 EXTRA_KEYS = ("layer_types", "rope_scaling", "rope_parameters", "rope_theta", "head_dim", "sliding_window",
               "tie_word_embeddings", "architectures", "model_type", "partial_rotary_factor", "num_local_experts")
@@ -295,9 +296,12 @@ def run_case(seed: int, number: int, scratch: Path, checkpoint: Path, through_cl
         hf, layout = snapshot_of(rng, case, hf, secret)
         what.append(layout)
     label = f"seed {seed} case {number}: " + "; ".join(what)
+    peak = _max_rss()
     outcome = _library(hf, label, report)
     if through_cli:
         _command_line(hf, checkpoint, label, report)
+    if _max_rss() > peak + GROWTH_NOTED:  # the cases that raised the peak, so a memory failure names its case
+        report["peak_cases"].append(f"{label}: peak {_max_rss() / 2**20:.0f} MiB")
     report["outcomes"][outcome] += 1
     shutil.rmtree(case)
 
@@ -343,9 +347,13 @@ def _command_line(hf: Path, checkpoint: Path, label: str, report: dict) -> None:
         report["changed"].append(f"{label}: left beside the output: {leftovers}")
 
 
+def _max_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
 def fuzz(cases: int, seed: int, cli_every: int) -> dict:
     report = {"cases": cases, "seed": seed, "outcomes": Counter(), "cli": Counter(), "internal": [], "secrets": [],
-              "changed": []}
+              "changed": [], "peak_cases": []}
     with tempfile.TemporaryDirectory(prefix="hostile-fuzz-") as root:
         scratch = Path(root)
         good = write(pristine("gpt2", scratch / "pristine"), scratch / "good")
@@ -354,7 +362,7 @@ def fuzz(cases: int, seed: int, cli_every: int) -> dict:
         shutil.rmtree(good)
         for number in range(cases):
             run_case(seed, number, scratch, scratch / "ck", number % cli_every == 0, report)
-    report["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    report["max_rss_bytes"] = _max_rss()
     return report
 
 

@@ -75,9 +75,9 @@ def run_bounded(*argv: str, memory: int = 3 << 30) -> subprocess.CompletedProces
                           timeout=120, preexec_fn=limit)
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma2"])
+@pytest.mark.parametrize("family", ["qwen2", "gemma2"])  # qwen3 shares qwen2's windows
 def test_show_of_a_trillion_layer_config_is_one_line_and_bounded(family, tmp_path):
-    """The reported case (Qwen2: 7 GB after 60 s), and the families that share or mirror its per-layer list."""
+    """The reported case (Qwen2: 7 GB after 60 s), and Gemma 2, whose per-layer windows mirror it."""
     (tmp_path / "config.json").write_text(json.dumps({**EXAMPLES[family], "num_hidden_layers": HUGE}))
     done = run_bounded("show", str(tmp_path))
     lines = done.stderr.splitlines()
