@@ -22,6 +22,7 @@ process replaces the checkpoint meanwhile.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 import warnings
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
+from blockspec.checkpoint.contained import contained_file
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
@@ -191,24 +193,33 @@ def load_spec_of(path: str | Path, registry: Registry | None = None) -> ModelSpe
 
 
 def read_extra_file(path: str | Path, name: str) -> bytes:
-    """One extra file of a checkpoint, after its size and sha256 match the manifest."""
+    """One extra file of a checkpoint, after its size and sha256 match the manifest (and it is a regular file
+    inside the checkpoint: ``contained``)."""
     try:
         check_file_name(name)
     except ValueError as error:
         raise CheckpointError(str(error)) from None
     with pinned_checkpoint(path) as tree:
-        return verified_bytes(tree, _manifest(tree), name)
+        return _verified_inside(tree, _manifest(tree), name)
 
 
 def read_carried(path: str | Path) -> dict[str, bytes]:
-    """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified."""
+    """The Hugging Face files a checkpoint carries, by their own name ("config.json"), each verified and read
+    inside the checkpoint (a link out of it is refused, whatever the manifest says)."""
     with pinned_checkpoint(path) as tree:
         return _carried(tree, _manifest(tree))
 
 
 def _carried(tree: PinnedDirectory, manifest: Manifest) -> dict[str, bytes]:
     names = carried_names(manifest.files)
-    return {name.removeprefix(CARRIED_PREFIX): verified_bytes(tree, manifest, name) for name in names}
+    return {name.removeprefix(CARRIED_PREFIX): _verified_inside(tree, manifest, name) for name in names}
+
+
+def _verified_inside(tree: PinnedDirectory, manifest: Manifest, name: str) -> bytes:
+    """``verified_bytes``, for a file that is a regular file inside the checkpoint (a missing one: the manifest says)."""
+    if tree.lexists(name):
+        contained_file(tree.path / name, (Path(os.path.realpath(tree.path)),))
+    return verified_bytes(tree, manifest, name)
 
 
 def read_checkpoint_manifest(path: str | Path) -> Manifest:

@@ -14,8 +14,27 @@ from typing import Any
 import attrs
 
 from blockspec.errors import CheckpointError, Problem
+from blockspec.spec.schema import MAX_LAYERS
 
 REQUIRED = object()  # the default of a key that must be given: absent is a problem
+
+# The largest value each size key may hold (its older names too; a list: its length), checked as the key is
+# read, so nothing is ever sized by a larger one (a per-layer list, the model on the meta device, a table of
+# positions), and a refusal names the key the file gave. Far above every published model of the twelve families
+# (Llama 3.1 405B: 126 layers, width 16,384, 128 heads; Gemma 3: 262,144 tokens; Qwen2.5-1M: 1,010,000
+# positions). Positions are held tightest: a rotary or sinusoidal table holds context_length rows as soon as the
+# model is built, which no weights file bounds (2^24 positions: 4 GiB for a 32-wide toy).
+SIZE_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "layer_types"), MAX_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd"), 1 << 17),
+    **dict.fromkeys(("intermediate_size", "n_inner"), 1 << 20),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_local_experts",
+                     "num_experts_per_tok"), 1 << 12),
+    "head_dim": 1 << 14,
+    "vocab_size": 1 << 24,
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx", "original_max_position_embeddings",
+                     "sliding_window"), 1 << 20),
+}
 
 # Keys every transformers config may carry that do not change what the model computes: bookkeeping,
 # generation defaults (generate's settings, not the model's), token ids and initialisation.
@@ -42,6 +61,9 @@ class ConfigReader:
         self.config, self.file = config, file
         self.problems: list[Problem] = []
         self.read: set[str] = set()
+        self.oversized: set[str] = set()  # size keys refused (each once), which ``get`` then reads as None
+        for key, value in config.items():  # every size key, read, shadowed by a newer name or inert alike
+            self._check_bound(key, value)
 
     def get(self, key: str, kind: type, default: Any = REQUIRED, *, aliases: tuple[str, ...] = ()) -> Any:
         self.read.update((key, *aliases))
@@ -71,14 +93,31 @@ class ConfigReader:
         if not ok:
             self.problem(key, f"expected {kind.__name__}, found {type(value).__name__} {value!r:.40}")
             return None
+        if key in self.oversized:
+            return None
         return float(value) if kind is float else value
+
+    def _check_bound(self, key: str, value: Any) -> None:
+        """A problem if a size key's value (a list: its length) lies outside [0, SIZE_BOUNDS[key]]."""
+        bound, size = SIZE_BOUNDS.get(key), len(value) if isinstance(value, list) else value
+        if bound is None or not isinstance(size, int) or 0 <= size <= bound:
+            return
+        self.oversized.add(key)
+        what = "at most {bound:,} entries" if isinstance(value, list) else f"an integer from 0 to {bound:,}"
+        self.problem(key, f"expected {what.format(bound=bound)}, found {size:,}",
+                     "far above any published model: is it a typo?")
+
+    def refused(self, key: str) -> bool:
+        """Whether a problem names ``key`` already (a problem derived from its refusal would name it twice)."""
+        return any(problem.path == f"$.{key}" for problem in self.problems)
 
     def problem(self, key: str, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(file=self.file, path=f"$.{key}", message=message, hint=hint))
 
     def refuse_unread(self, family: str) -> None:
         """A problem for each set key that neither the family read nor INERT lists."""
-        for key in sorted(k for k, v in self.config.items() if v is not None and k not in self.read | INERT):
+        for key in sorted(k for k, v in self.config.items()
+                          if v is not None and k not in self.read | INERT | self.oversized):
             self.problem(key, f"unknown {family} config key", "blockspec cannot tell whether it changes the "
                          "model; remove it if it does not")
 

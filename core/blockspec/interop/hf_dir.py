@@ -8,6 +8,7 @@ safetensors file.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -16,26 +17,27 @@ from typing import Any, BinaryIO
 import torch
 
 from blockspec.errors import CheckpointError, Problem
-from blockspec.spec.json_read import read_json_object
+from blockspec.spec.json_read import json_object
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
-from blockspec.interop.hf_layout import CONFIG, SAFETENSORS, carried_files, is_hf_directory  # noqa: F401 (re-exports)
+from blockspec.interop.hf_layout import (CONFIG, SAFETENSORS, carried_files, hf_file,  # noqa: F401 (re-exports)
+                                         is_hf_directory, read_hf_file)
 
 PICKLES = ("pytorch_model.bin", "model.pt", "model.bin")
-JSON_LIMIT = 64 * 1024 * 1024
+JSON_LIMIT = 16 * 1024 * 1024  # a config.json is kilobytes, the index of a 400B model's shards under 1 MB
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A bounded JSON object from disk, or CheckpointError naming the file."""
-    return read_json_object(path, JSON_LIMIT)
+def read_json(directory: Path, name: str) -> dict[str, Any]:
+    """A bounded JSON object of the directory (read inside it: hf_layout), or CheckpointError naming the file."""
+    return json_object(read_hf_file(directory, name, JSON_LIMIT), directory / name)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a directory (expected a Hugging Face model directory)")
-    if not is_hf_directory(directory):
+    if not os.path.lexists(directory / CONFIG):
         raise CheckpointError(f"{directory}: no {CONFIG}; expected a Hugging Face model directory")
-    return read_json(directory / CONFIG)
+    return read_json(directory, CONFIG)
 
 
 class WeightSource:
@@ -56,7 +58,7 @@ def open_weights(directory: Path, *, allow_pickle: bool = False) -> Iterator[Wei
         with ExitStack() as stack:
             yield _safetensors_source(shards, stack)
         return
-    pickle_path = next((directory / n for n in PICKLES if (directory / n).is_file()), None)
+    pickle_path = next((hf_file(directory, n) for n in PICKLES if os.path.lexists(directory / n)), None)
     if pickle_path is None:
         raise CheckpointError(f"{directory}: no weights: expected {SAFETENSORS} (or a sharded "
                               f"{SAFETENSORS}.index.json)")
@@ -69,19 +71,20 @@ def open_weights(directory: Path, *, allow_pickle: bool = False) -> Iterator[Wei
 
 
 def _safetensors_shards(directory: Path) -> list[Path]:
-    if (directory / SAFETENSORS).is_file():
-        return [directory / SAFETENSORS]
+    """The weights files, each a regular file inside the directory (hf_layout.hf_file)."""
+    if os.path.lexists(directory / SAFETENSORS):
+        return [hf_file(directory, SAFETENSORS)]
     index = directory / f"{SAFETENSORS}.index.json"
-    if not index.is_file():
+    if not os.path.lexists(index):
         return []
-    weight_map = read_json(index).get("weight_map")
+    weight_map = read_json(directory, index.name).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: $.weight_map: expected an object of tensor name -> shard file")
     names = sorted(set(weight_map.values()), key=str)
     for name in names:
         if not isinstance(name, str) or "/" in name or not _plain(name):
             raise CheckpointError(f"{index}: $.weight_map: unsafe shard file name {name!r:.80}")
-    return [directory / name for name in names]
+    return [hf_file(directory, name) for name in names]
 
 
 def _plain(name: str) -> bool:

@@ -13,6 +13,7 @@ uses ``stand_in_tokenizer``, which is no model's own. Torch-free.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from blockspec.checkpoint.manifest import read_manifest
 from blockspec.data.tokenizer import (CHAR, CharTokenizer, HFTokenizer, Tokenizer, TokenizerError,
                                       read_tokenizer_directory, stand_in_tokenizer, tokenizer_from_bytes)
 from blockspec.errors import CheckpointError
-from blockspec.interop.hf_layout import TOKENIZER, is_hf_directory
+from blockspec.interop.hf_layout import TOKENIZER, is_hf_directory, read_hf_file
 from blockspec.sources.kind import CHECKPOINT_KINDS, SourceKind, source_kind
 
 CARRIED_TOKENIZER = CARRIED_PREFIX + TOKENIZER
@@ -34,9 +35,8 @@ def tokenizer_of(path: str | Path, kind: SourceKind | None = None) -> CharTokeni
     kind = kind or source_kind(path)
     if kind in CHECKPOINT_KINDS:
         return _checkpoint_tokenizer(Path(path))
-    if kind == "hf" and (Path(path) / TOKENIZER).is_file():
-        file = Path(path) / TOKENIZER
-        return _read(lambda: HFTokenizer(file.read_bytes(), source=str(file)))
+    if kind == "hf" and os.path.lexists(Path(path) / TOKENIZER):  # read inside the directory, bounded
+        return _read(lambda: HFTokenizer(read_hf_file(path, TOKENIZER), source=str(Path(path) / TOKENIZER)))
     return None
 
 

@@ -24,6 +24,11 @@ def read_json_object(path: Path, limit: int, *, what: str = "", hint: str = "",
         raise CheckpointError(f"{path}: cannot read{role}: {error.strerror}{hint}") from None
     if len(raw) > limit:
         raise CheckpointError(f"{path}: larger than the {limit}-byte limit{' for a' + role if role else ''}")
+    return json_object(raw, path)
+
+
+def json_object(raw: bytes, path: Path) -> dict[str, Any]:
+    """UTF-8 JSON bytes holding an object (read from ``path``, which messages name); else CheckpointError."""
     try:
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:

@@ -90,8 +90,11 @@ def _read_windows(r: ConfigReader, document: Document, title: str) -> None:
 
 def _windows(r: ConfigReader, n_layers: int | None, attention: dict[str, Any]) -> tuple[int | None, list[dict]]:
     """The model-wide window and the [[layers]] rules for the layers whose window differs."""
-    windows = _layer_windows(r, n_layers) if n_layers is not None and 0 < n_layers <= MAX_LAYERS else []
-    if not windows:  # a layer count out of range is the spec's to refuse
+    if n_layers is None or not 0 < n_layers <= MAX_LAYERS:  # a layer count refused (or none) sizes no list
+        r.accept("sliding_window", "layer_types")  # their key is not the one to name
+        return None, []
+    windows = _layer_windows(r, n_layers)
+    if not windows:
         return None, []
     common = Counter(windows).most_common(1)[0][0]  # ties: layer 0's, the first seen
     period = _period(windows)
@@ -118,10 +121,10 @@ def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
     types = r.get("layer_types", list, None)
     if types is None:
         types = [SLIDING if i % 2 == 0 else FULL for i in range(n_layers)]
-    elif len(types) != n_layers or not set(types) <= {SLIDING, FULL}:
+    elif len(types) != n_layers or not all(kind in (SLIDING, FULL) for kind in types):  # entries of any type
         r.problem("layer_types", f"expected {n_layers} entries of {SLIDING!r} or {FULL!r}, found {types!r:.80}")
         return []
-    if window is None and SLIDING in types:
+    if window is None and SLIDING in types and not r.refused("sliding_window"):  # null, not refused as too wide
         r.problem("sliding_window", f"null, but layer_types has {SLIDING!r} layers",
                   "transformers needs the window of those layers")
         return []

@@ -34,7 +34,7 @@ def _windows(r: ConfigReader, n_layers: int | None) -> Windows:
 
 
 def _typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_layers: int) -> Windows:
-    unknown = [t for t in types if t not in LAYER_TYPES]
+    unknown = [t for t in types if not isinstance(t, str) or t not in LAYER_TYPES]  # a list or a table too
     if unknown:
         r.problem("layer_types", f"unsupported layer type {unknown[0]!r:.40}", "expected full_attention or "
                   "sliding_attention")
