@@ -44,7 +44,7 @@ def test_the_tree_keeps_every_contract():
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("spec/kinds.py", "import torch", "The spec and the registry import no torch"),
+    ("spec/kinds.py", "import torch", "The spec, the registry and the output policy import no torch"),
     ("registry/components.py", "from blockspec.assembly import assemble", LAYERS),
     ("modules/blocks.py", "from blockspec.checkpoint import directory", LAYERS),
     ("data/dataset.py", "from blockspec.cli import common", "Nothing imports the command line"),
