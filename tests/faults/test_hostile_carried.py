@@ -162,3 +162,21 @@ def test_a_checkpoint_file_linked_out_is_refused_even_when_its_digest_matches(tm
     code, lines = cli("export-hf", checkpoint, "--out", tmp_path / "out")
     assert code == 2 and len(lines) == 1 and "a link out of its directory" in lines[0], lines
     assert holds_canary(tmp_path) == [str(tmp_path / "secret.txt")]
+
+
+# ---------------------------------------------------------------- a tokenizer directory (--tokenizer DIR, data)
+
+
+def test_a_tokenizer_directory_whose_file_links_out_is_refused(tmp_path):
+    """`data prepare --tokenizer DIR` reads DIR/tokenizer.json: a link out of DIR is refused, never read, and the
+    secret reaches neither the message nor the prepared dataset."""
+    plant_canary(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "play.txt").write_text("to be or not to be\n" * 50)
+    code, lines = cli("data", "prepare", tmp_path / "play.txt", "--tokenizer", tmp_path / "tok",
+                      "--out", tmp_path / "data", "--quiet")
+    assert (code, len(lines)) == (2, 1), lines
+    assert "a link out of its directory" in lines[0] and CANARY.decode() not in lines[0], lines[0]
+    assert not (tmp_path / "data").exists()
+    assert holds_canary(tmp_path) == [str(tmp_path / "secret.txt")]

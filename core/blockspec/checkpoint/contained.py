@@ -19,6 +19,8 @@ from blockspec.errors import CheckpointError, Problem
 
 KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+# the most a small file a model comes with may hold (the largest published tokenizer.json is about 35 MB: Gemma's)
+CARRIED_LIMIT = 64 * 1024 * 1024
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 from attrs import field, frozen
 
 from blockspec.checkpoint.atomic import atomic_directory
+from blockspec.checkpoint.contained import CARRIED_LIMIT, read_contained
 from blockspec.errors import BlockspecError, Problem
 from blockspec.outputs.kinds import directory_kind
 from blockspec.outputs.targets import check_writable_target
@@ -245,9 +247,15 @@ def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path, *, 
 
 
 def read_tokenizer_directory(directory: str | Path) -> CharTokenizer | HFTokenizer | None:
-    """The tokenizer of a tokenizer directory (or a prepared dataset's), or None where it holds none."""
+    """The tokenizer of a tokenizer directory (or a prepared dataset's), or None where it holds none.
+
+    Its file is read only as a regular file inside the directory (``checkpoint.contained``): a link out of
+    it, a FIFO or a huge file is refused in one line, never read."""
     path = Path(directory) / TOKENIZER_FILE
-    return tokenizer_from_bytes(path.read_bytes(), source=str(path)) if path.is_file() else None
+    if not os.path.lexists(path):
+        return None
+    data = read_contained(path, (Path(os.path.realpath(directory)),), CARRIED_LIMIT)
+    return tokenizer_from_bytes(data, source=str(path))
 
 
 def parse_ids(text: str, vocab_size: int) -> list[int]:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from blockspec.outputs.kinds import directory_kind
-from blockspec.checkpoint.contained import contained_file, read_contained
+from blockspec.checkpoint.contained import CARRIED_LIMIT, contained_file, read_contained
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -23,7 +23,6 @@ CARRIED = (  # small files a model read from here keeps (``model.carried``), so 
     CONFIG, "generation_config.json", TOKENIZER, "tokenizer_config.json",
     "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
 )
-CARRIED_LIMIT = 64 * 1024 * 1024  # the largest published tokenizer.json is about 35 MB (Gemma's)
 CACHE_SNAPSHOTS, CACHE_BLOBS = "snapshots", "blobs"  # huggingface_hub's cache: <repo>/snapshots/<rev>, <repo>/blobs
 # what ``export-hf --force`` may replace: a directory holding what an export writes and nothing else
 EXPORT = directory_kind("a Hugging Face export", markers=(CONFIG, SAFETENSORS), entries=(SAFETENSORS, *CARRIED))
