@@ -22,6 +22,7 @@ TERMINAL_CONTROLS = (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x2
                      *range(0x2066, 0x206A))
 _ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in TERMINAL_CONTROLS}
 _ESCAPES_BUT_LINES = {code: escape for code, escape in _ESCAPES.items() if code != ord("\n")}
+_ESCAPES_BUT_LAYOUT = {code: escape for code, escape in _ESCAPES_BUT_LINES.items() if code != ord("\t")}
 
 
 def printable(text: str, *, lines: bool = True) -> str:
@@ -30,6 +31,12 @@ def printable(text: str, *, lines: bool = True) -> str:
     around it. ``lines``: line breaks stay (a report may span lines); without, they are escaped too (one
     value, one line). Every other character, Unicode names included, stays as it is. Idempotent."""
     return text.translate(_ESCAPES_BUT_LINES if lines else _ESCAPES)
+
+
+def printable_report(text: str) -> str:
+    """``printable`` for a command's report on stdout: its layout (line breaks, tabs) stays, every other
+    character a terminal would obey (a model's name from a file, generated text) is written as its escape."""
+    return text.translate(_ESCAPES_BUT_LAYOUT)
 
 
 @frozen(kw_only=True)

@@ -212,3 +212,20 @@ def test_json_output_escapes_what_a_terminal_would_obey_and_keeps_the_values(cap
     assert code == 0, err
     assert unsafe_characters(out) == set() and READABLE in out
     assert json.loads(out)["name"] == name  # the value, unchanged
+
+
+# ---------------------------------------------------------------- what a command prints on stdout
+
+
+@pytest.mark.parametrize("command", ["show", "check"])
+def test_a_hostile_model_name_is_escaped_on_stdout_too(capsys, tmp_path, command):
+    """A spec's own name is data from a file: `show` and `check` print it in their reports (stdout), where it
+    must not recolour, retitle or rewrite the terminal either; the report's own layout and Unicode stay."""
+    spec = tmp_path / "evil.toml"
+    spec.write_text(spec_text(name="x", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
+                              d_ff=32).replace('name = "x"', f"name = {json.dumps(HOSTILE + READABLE, ensure_ascii=False)}"),
+                    encoding="utf-8")
+    assert main([command, str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert not [c for c in out if c in OBEYED and c != "\t"], repr(out)
+    assert printable(HOSTILE, lines=False) + READABLE in out and out.count("\n") >= 1

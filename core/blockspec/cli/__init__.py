@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
 from blockspec.errors import BlockspecError, printable
-from blockspec.cli.common import print_error
+from blockspec.cli.common import print_error, printable_stdout
 from blockspec.cli import (
     check_cmd,
     data_cmd,
@@ -109,7 +109,8 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        with printable_stdout():  # reports quote files too: what a terminal would obey is escaped there as well
+            return _main(argv)
     except KeyboardInterrupt as interrupted:  # anywhere, start-up included; a training run's Interrupted says
         message = str(interrupted)            # what it saved
         print("blockspec: interrupted" + (f": {message}" if message else ""), file=sys.stderr)

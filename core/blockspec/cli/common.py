@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable
+from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable, printable_report
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
 
@@ -41,6 +41,32 @@ def registry_with_warnings(*, probe: bool | None = None) -> Registry:
         else:  # not ours: hand it back to the warnings machinery unchanged
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return registry
+
+
+class PrintableOutput:
+    """A command's stdout: each write passes through ``printable_report``, so what a file said (a spec's name
+    in ``show`` or ``check``, a tokenizer's text in ``generate``) cannot drive the terminal; the rest is the
+    stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(printable_report(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def printable_stdout() -> Iterator[None]:
+    """Within the block, ``sys.stdout`` is a ``PrintableOutput`` of what it was (restored after)."""
+    original = sys.stdout
+    sys.stdout = PrintableOutput(original)
+    try:
+        yield
+    finally:
+        sys.stdout = original
 
 
 def print_error(message: object) -> None:
