@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import blockspec
-from blockspec.cli import (export_cmd, model_input, export_weights_cmd, generate_cmd, import_cmd, main, sweep_cmd, trace_cmd,
+from blockspec.cli import (export_cmd, export_weights_cmd, generate_cmd, import_cmd, main, model_input, sweep_cmd,
                            train_cmd)
 from blockspec.cli.common import flag_names
 from blockspec.outputs import OutputExistsError
-from blockspec.errors import BlockspecError, CheckpointError, Problem, SpecError
+from blockspec.errors import BlockspecError, CheckpointError, Problem
 from blockspec.interop.hf_dir import open_weights
 from blockspec.train.generate import generate
 from blockspec.train.loop import make_config

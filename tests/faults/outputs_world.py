@@ -47,7 +47,7 @@ def shared_world(tmp_path_factory) -> World:
 
 def make_world(root: Path) -> World:
     assets = make_assets(root)
-    tokenizer, data = root / "tok", assets.data
+    tokenizer = root / "tok"
     outputs = {"train": assets.ckpt, "import-hf": root / "imported", "export-hf": assets.hf,
                "export": root / "weights", "tokenizer train": tokenizer, "data prepare": root / "prepared",
                "explore": root / "page.html", "trace --plot": root / "trace.png", "train --plot": root / "loss.png"}

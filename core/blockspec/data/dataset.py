@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from collections.abc import Mapping, Sized
 from typing import Protocol
 
 import torch
@@ -73,16 +74,25 @@ class CharDataset:
             raise DataError(f"{self.source}: has {self.tokenizer.vocab_size} {what}, but the spec's "
                             f"$.model.vocab_size is {vocab_size}; raise vocab_size to at least "
                             f"{self.tokenizer.vocab_size}")
-        for name, ids in self.splits.items():
-            if len(ids) <= context_length:
-                raise DataError(f"{self.source}: the {name} split has {len(ids)} characters, but one window of "
-                                f"$.model.context_length = {context_length} needs {context_length + 1}; "
-                                "use a longer text")
+        check_windows(self.source, self.splits, context_length, unit="characters", remedy="use a longer text")
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``size`` random windows: inputs x and next-character targets y, (size, length) each."""
         ids = self.splits[split]
-        generator = torch.Generator().manual_seed(seed)
-        offsets = torch.randint(0, len(ids) - length, (size,), generator=generator)  # (B,)
+        offsets = window_offsets(len(ids), size=size, length=length, seed=seed)  # (B,)
         windows = ids[offsets[:, None] + torch.arange(length + 1)]  # (B, T + 1)
         return windows[:, :-1], windows[:, 1:]
+
+
+def check_windows(source: str, splits: Mapping[str, Sized], context_length: int, *, unit: str, remedy: str) -> None:
+    """Refuse a split too short for one window: a window is context_length inputs and one more target."""
+    for name, ids in splits.items():
+        if len(ids) <= context_length:
+            raise DataError(f"{source}: the {name} split has {len(ids)} {unit}, but one window of "
+                            f"$.model.context_length = {context_length} needs {context_length + 1}; {remedy}")
+
+
+def window_offsets(n_ids: int, *, size: int, length: int, seed: int) -> torch.Tensor:
+    """Where ``size`` windows of ``length + 1`` ids start in a split of ``n_ids``: the same for the same seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n_ids - length, (size,), generator=generator)  # (B,)

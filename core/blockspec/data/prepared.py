@@ -29,7 +29,7 @@ from blockspec.outputs.targets import check_writable_target
 from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
-from blockspec.data.dataset import TRAIN_FRACTION, DataError
+from blockspec.data.dataset import TRAIN_FRACTION, DataError, check_windows, window_offsets
 from blockspec.data.textfiles import check_text_files, chunks
 from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, tokenizer_bytes,
                                       tokenizer_from_bytes)
@@ -188,17 +188,12 @@ class PreparedDataset:
             raise DataError(f"{self.source}: its tokenizer has {self.tokenizer.vocab_size} tokens, but the spec's "
                             f"$.model.vocab_size is {vocab_size}; set vocab_size = {self.tokenizer.vocab_size} "
                             "(or more)")
-        for name, ids in self.splits.items():
-            if len(ids) <= context_length:
-                raise DataError(f"{self.source}: the {name} split has {len(ids)} tokens, but one window of "
-                                f"$.model.context_length = {context_length} needs {context_length + 1}; "
-                                "prepare more text")
+        check_windows(self.source, self.splits, context_length, unit="tokens", remedy="prepare more text")
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``size`` random windows: inputs x and next-token targets y, (size, length) each."""
         ids = self.splits[split]
-        generator = torch.Generator().manual_seed(seed)
-        offsets = torch.randint(0, len(ids) - length, (size,), generator=generator)  # (B,)
+        offsets = window_offsets(len(ids), size=size, length=length, seed=seed)  # (B,)
         windows = np.stack([ids[o : o + length + 1] for o in offsets.tolist()]).astype(np.int64)  # (B, T + 1)
         windows = torch.from_numpy(windows)
         return windows[:, :-1], windows[:, 1:]

@@ -20,8 +20,7 @@ from blockspec.errors import CheckpointError, Problem
 from blockspec.spec.json_read import json_object
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.checkpoint.safetensors_file import SafetensorsHeader, read_header, read_tensor, torch_dtype
-from blockspec.interop.hf_layout import (CONFIG, SAFETENSORS, carried_files, hf_file,  # noqa: F401 (re-exports)
-                                         is_hf_directory, read_hf_file)
+from blockspec.interop.hf_layout import CONFIG, SAFETENSORS, hf_file, read_hf_file
 
 PICKLES = ("pytorch_model.bin", "model.pt", "model.bin")
 JSON_LIMIT = 16 * 1024 * 1024  # a config.json is kilobytes, the index of a 400B model's shards under 1 MB
