@@ -267,9 +267,10 @@ def sweep_argv(world: Path, out: Path, *extra: str) -> list[str]:
 
 
 def finished_runs(out: Path) -> dict[str, dict[str, bytes | None]]:
-    """Each run whose checkpoint reached the last step, with its bytes."""
+    """Each run whose checkpoint reached the last step, with its bytes (not the staging a killed save left
+    beside it, nor a lock file: their names start with a dot, and the next writer of that run removes them)."""
     runs = {}
-    for run in sorted((out / "runs").glob("*")) if (out / "runs").exists() else []:
+    for run in sorted((out / "runs").glob("[!.]*")) if (out / "runs").exists() else []:
         if (run / "training.json").exists() and json.loads((run / "training.json").read_text())["step"] == SWEEP_STEPS:
             runs[run.name] = snapshot(run)
     return runs
