@@ -28,21 +28,25 @@ INIT_STD = 0.02  # GPT-2's initialisation
 
 def at_most(most: int) -> Check:
     """A size's upper bound (None passes: an optional size left out); POSITIVE says the lower one."""
-    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False)
+    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False, json_schema={"maximum": most})
 
 
 # Value checks live in the types, so the converter checks every field in one pass and reports
 # them all; the same Check is the attrs validator for configs built in Python.
-POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False)
+POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False, json_schema={"minimum": 1})
 VOCAB = at_most(MAX_VOCAB_SIZE)
 CONTEXT = at_most(MAX_CONTEXT_LENGTH)
 WIDTH = at_most(MAX_WIDTH)
 HEADS = at_most(MAX_HEADS)
-LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
-PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
-STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
+LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False,
+               json_schema={"minimum": 0, "maximum": MAX_LAYERS})
+PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False,
+                    json_schema={"minimum": 0.0, "exclusiveMaximum": 1.0})
+STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False, json_schema={"exclusiveMinimum": 0.0})
 EMBEDDING_SCALE = Check(lambda v: v is None or v == "sqrt_d" or (not isinstance(v, str) and v > 0.0),
-                        'a number > 0.0 or "sqrt_d"', typed=False)
+                        'a number > 0.0 or "sqrt_d"', typed=False,
+                        json_schema={"anyOf": [{"type": "number", "exclusiveMinimum": 0.0}, {"const": "sqrt_d"},
+                                               {"type": "null"}]})
 EmbeddingScale = Annotated[float | str | None, EMBEDDING_SCALE]  # strict.py reads float | str | None exactly
 
 
