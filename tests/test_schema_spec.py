@@ -248,6 +248,12 @@ def test_field_docs_follow_the_docstring_convention():
     assert docs["qk_norm"].endswith("(eps qk_norm_eps);")  # continuation lines joined
 
 
+def test_every_field_of_the_cores_tables_is_described(registry):
+    schema = spec_schema(registry)
+    for table in (schema["properties"]["model"], schema["properties"]["init"]):
+        assert all(field.get("description") for field in table["properties"].values()), table["description"]
+
+
 CHECKS = [spec_tables.POSITIVE, spec_tables.VOCAB, spec_tables.LAYERS, spec_tables.PROBABILITY, spec_tables.STD,
           spec_tables.EMBEDDING_SCALE]
 VALIDATORS = [positive, at_least(0.5), greater_than(1.0), in_range(0.0, 1.0), in_range(1, 4, high_open=False),

@@ -52,7 +52,23 @@ EmbeddingScale = Annotated[float | str | None, EMBEDDING_SCALE]  # strict.py rea
 
 @frozen(kw_only=True)
 class ModelConfig:
-    """The [model] table: sizes and wiring shared by every component."""
+    """The [model] table: sizes and wiring shared by every component.
+
+    name: what messages, show and checkpoints call the model.
+    vocab_size: the number of token ids.
+    context_length: the most positions one forward pass takes.
+    d_model: the width of the residual stream.
+    n_layers: the number of blocks.
+    n_heads: query heads per attention layer.
+    n_kv_heads: key and value heads (default n_heads; fewer gives GQA, 1 gives MQA).
+    d_ff: the FFN's hidden width (for a gated activation, the width of each branch).
+    bias: whether the linear layers have biases.
+    norm_placement: "pre" or "post", another way to write [block] use.
+    final_norm: a norm after the last block (default: true for pre, false for post).
+    dropout: the dropout probability.
+    head_dim: each head's width (default d_model / n_heads; given, n_heads need not divide d_model).
+    embedding_scale: what the token embeddings are multiplied by: a number, or "sqrt_d" (Gemma); none: 1.
+    """
 
     name: str = "model"
     vocab_size: Annotated[int, POSITIVE, VOCAB] = field(validator=[POSITIVE, VOCAB])
@@ -118,6 +134,10 @@ class InitConfig:
     their own. Declared weights ~ N(0, std²), biases zero; declared residual projections
     (attention's proj, an FFN's down) use std/sqrt(2·n_layers) when residual_scaling; the token
     embedding (and a head tied to it) ~ N(0, embedding_std²), embedding_std defaulting to std.
+
+    std: the standard deviation of declared weights.
+    embedding_std: the token embedding's (and a tied head's) standard deviation; default std.
+    residual_scaling: residual projections use std/sqrt(2·n_layers).
     """
 
     std: Annotated[float, STD] = field(default=INIT_STD, validator=STD)
