@@ -86,6 +86,7 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "export": ["export", folder / "ckpt", "--weights-only", "--out", tmp / "shared"],
         "tokenizer": ["tokenizer", "train", folder / "play.txt", "--vocab-size", "260", "--out", tmp / "tok"],
         "data": ["data", "prepare", folder / "play.txt", "--tokenizer", "char", "--out", tmp / "data"],
+        "schema": ["schema", "--out", tmp / "spec.schema.json"],
     }
 
 

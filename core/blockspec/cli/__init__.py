@@ -25,6 +25,7 @@ from blockspec.cli import (
     generate_cmd,
     import_cmd,
     list_cmd,
+    schema_cmd,
     show_cmd,
     sweep_cmd,
     tokenizer_cmd,
@@ -34,7 +35,7 @@ from blockspec.cli import (
 )
 
 COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
-            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd)
+            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd, schema_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

@@ -229,15 +229,20 @@ def check_plot_file(path: str | None) -> Path | None:
         raise UsageError(f"--plot: {path} is a folder; give a file name such as {target / 'plot.png'}")
     if target.suffix.lower() not in PLOT_FORMATS:
         raise UsageError(f"--plot: expected a file ending in {', '.join(PLOT_FORMATS)}, found {path!r}")
-    parent = target.parent
-    existing = next(p for p in (parent, *parent.parents) if p.exists() or p == Path(p.anchor or "."))
-    if existing.exists() and not existing.is_dir():
-        raise UsageError(f"--plot: {path}: {str(existing)!r} is not a folder")
-    if not parent.is_dir():
-        raise UsageError(f"--plot: {path}: the folder {str(parent)!r} does not exist; create it first")
+    check_output_folder("--plot", path)
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'blockspec[plot]'")
     return target
+
+
+def check_output_folder(flag: str, path: str | Path) -> None:
+    """A file output's folder must exist: a misspelt folder is refused, not created."""
+    parent = Path(path).parent
+    existing = next(p for p in (parent, *parent.parents) if p.exists() or p == Path(p.anchor or "."))
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"{flag}: {path}: {str(existing)!r} is not a folder")
+    if not parent.is_dir():
+        raise UsageError(f"{flag}: {path}: the folder {str(parent)!r} does not exist; create it first")
 
 
 # -- out of memory -----------------------------------------------------------------------------------------

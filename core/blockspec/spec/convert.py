@@ -41,6 +41,7 @@ OPTIONAL_TABLES = ("init",)
 LAYERS = "layers"  # the [[layers]] array of tables: per-layer overrides
 TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, LAYERS)
 SELECTORS = ("index", "every", "offset", "from", "to")  # as written; "from"/"to" are LayerRule's start/stop
+SELECTOR_MINIMUM = {"index": 0, "every": 1, "offset": 0, "from": 0, "to": 0}  # the least layer number or step
 MODEL_WIDE = {  # kinds a [[layers]] entry may not vary, and why
     "head": "head is model-wide: the model has one output layer",
 }
@@ -108,6 +109,11 @@ def read_spec(
     return _SpecReader(resolver, file, text).read(data)
 
 
+def default_uses(placement: str | None = None) -> dict[str, str]:
+    """The component each kind with a default gets when its table is absent; the other kinds' tables are required."""
+    return {"attention": DEFAULT_ATTENTION, "ffn": DEFAULT_FFN, "block": PLACEMENT_BLOCKS[placement or "pre"]}
+
+
 class _SpecReader:
     """Collects problems across all tables before failing, so a user sees them all at once."""
 
@@ -124,7 +130,7 @@ class _SpecReader:
         self._check_tables(data)
         model = self._model(data.get("model"))
         placement = _given_placement(data.get("model"))
-        defaults = {"attention": DEFAULT_ATTENTION, "ffn": DEFAULT_FFN, "block": PLACEMENT_BLOCKS[placement or "pre"]}
+        defaults = default_uses(placement)
         parts = {kind: self._component(kind, data.get(kind), defaults.get(kind)) for kind in SECTIONS}
         model = self._placement(model, parts["block"], placement)
         init = self._init(data.get("init"))
@@ -273,8 +279,8 @@ class _LayerReader:
         index = entry.get("index")
         if index is not None and not (isinstance(index, list) and index and all(_layer_number(v) for v in index)):
             problem(join(path, "index"), f"expected an array of layer numbers (integers >= 0), found {describe(index)}")
-        for key, least in (("every", 1), ("offset", 0), ("from", 0), ("to", 0)):
-            value = entry.get(key)
+        for key in ("every", "offset", "from", "to"):
+            value, least = entry.get(key), SELECTOR_MINIMUM[key]
             if value is not None and not (type(value) is int and value >= least):
                 problem(join(path, key), f"expected an integer >= {least}, found {describe(value)}")
         given = [key for key in SELECTORS if key in entry]
@@ -359,7 +365,7 @@ def _choice(kind: str, use: str, component: Resolved) -> ComponentChoice:
 
 
 def _layer_number(value: Any) -> bool:
-    return type(value) is int and value >= 0
+    return type(value) is int and value >= SELECTOR_MINIMUM["index"]
 
 
 def _ranges(numbers: list[int]) -> str:

@@ -28,27 +28,47 @@ INIT_STD = 0.02  # GPT-2's initialisation
 
 def at_most(most: int) -> Check:
     """A size's upper bound (None passes: an optional size left out); POSITIVE says the lower one."""
-    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False)
+    return Check(lambda v: v is None or v <= most, f"at most {most:_}", typed=False, json_schema={"maximum": most})
 
 
 # Value checks live in the types, so the converter checks every field in one pass and reports
 # them all; the same Check is the attrs validator for configs built in Python.
-POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False)
+POSITIVE = Check(lambda v: v is None or v >= 1, "a positive integer", typed=False, json_schema={"minimum": 1})
 VOCAB = at_most(MAX_VOCAB_SIZE)
 CONTEXT = at_most(MAX_CONTEXT_LENGTH)
 WIDTH = at_most(MAX_WIDTH)
 HEADS = at_most(MAX_HEADS)
-LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False)
-PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False)
-STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False)
+LAYERS = Check(lambda v: 0 <= v <= MAX_LAYERS, f"a number in [0, {MAX_LAYERS}]", typed=False,
+               json_schema={"minimum": 0, "maximum": MAX_LAYERS})
+PROBABILITY = Check(lambda v: 0.0 <= v < 1.0, "a number in [0.0, 1.0)", typed=False,
+                    json_schema={"minimum": 0.0, "exclusiveMaximum": 1.0})
+STD = Check(lambda v: v is None or v > 0.0, "a number > 0.0", typed=False, json_schema={"exclusiveMinimum": 0.0})
 EMBEDDING_SCALE = Check(lambda v: v is None or v == "sqrt_d" or (not isinstance(v, str) and v > 0.0),
-                        'a number > 0.0 or "sqrt_d"', typed=False)
+                        'a number > 0.0 or "sqrt_d"', typed=False,
+                        json_schema={"anyOf": [{"type": "number", "exclusiveMinimum": 0.0}, {"const": "sqrt_d"},
+                                               {"type": "null"}]})
 EmbeddingScale = Annotated[float | str | None, EMBEDDING_SCALE]  # strict.py reads float | str | None exactly
 
 
 @frozen(kw_only=True)
 class ModelConfig:
-    """The [model] table: sizes and wiring shared by every component."""
+    """The [model] table: sizes and wiring shared by every component.
+
+    name: what messages, show and checkpoints call the model.
+    vocab_size: the number of token ids.
+    context_length: the most positions one forward pass takes.
+    d_model: the width of the residual stream.
+    n_layers: the number of blocks.
+    n_heads: query heads per attention layer.
+    n_kv_heads: key and value heads (default n_heads; fewer gives GQA, 1 gives MQA).
+    d_ff: the FFN's hidden width (for a gated activation, the width of each branch).
+    bias: whether the linear layers have biases.
+    norm_placement: "pre" or "post", another way to write [block] use.
+    final_norm: a norm after the last block (default: true for pre, false for post).
+    dropout: the dropout probability.
+    head_dim: each head's width (default d_model / n_heads; given, n_heads need not divide d_model).
+    embedding_scale: what the token embeddings are multiplied by: a number, or "sqrt_d" (Gemma); none: 1.
+    """
 
     name: str = "model"
     vocab_size: Annotated[int, POSITIVE, VOCAB] = field(validator=[POSITIVE, VOCAB])
@@ -114,6 +134,10 @@ class InitConfig:
     their own. Declared weights ~ N(0, std²), biases zero; declared residual projections
     (attention's proj, an FFN's down) use std/sqrt(2·n_layers) when residual_scaling; the token
     embedding (and a head tied to it) ~ N(0, embedding_std²), embedding_std defaulting to std.
+
+    std: the standard deviation of declared weights.
+    embedding_std: the token embedding's (and a tied head's) standard deviation; default std.
+    residual_scaling: residual projections use std/sqrt(2·n_layers).
     """
 
     std: Annotated[float, STD] = field(default=INIT_STD, validator=STD)

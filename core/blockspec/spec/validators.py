@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from blockspec.errors import FieldError
 
 Validator = Callable[[Any, Any, Any], None]  # attrs' (instance, attribute, value); raises FieldError
+# The attribute a check or validator states its bound in, as JSON Schema keywords (``blockspec schema`` reads
+# it); one that states none leaves the schema looser than the check, never stricter.
+JSON_SCHEMA = "json_schema"
+
+
+def _frozen_keywords(keywords: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(keywords))
 
 
 @frozen
@@ -23,6 +31,8 @@ class Check:
     test: Callable[[Any], bool]
     expected: str
     typed: bool = True  # "found int 0" (the type named) or "found 0"
+    # the same test as JSON Schema keywords, where it has them ({"minimum": 1}); not part of equality
+    json_schema: Mapping[str, Any] = field(factory=dict, converter=_frozen_keywords, eq=False)
 
     def __call__(self, instance: Any, attribute: Any, value: Any) -> None:
         """The same test as an attrs validator, for objects built in Python rather than read from a spec."""
@@ -39,6 +49,17 @@ class FieldErrors(FieldError):
         self.errors = errors
 
 
+def _stating(keywords: dict[str, Any]) -> Callable[[Validator], Validator]:
+    """Mark a validator with the JSON Schema keywords that say what it checks."""
+
+    def mark(validator: Validator) -> Validator:
+        setattr(validator, JSON_SCHEMA, _frozen_keywords(keywords))
+        return validator
+
+    return mark
+
+
+@_stating({"minimum": 1})
 def positive(instance: Any, attribute: Any, value: Any) -> None:
     """Sizes are counts: at least 1."""
     if value is not None and value < 1:
@@ -50,7 +71,7 @@ def at_least(bound: float) -> Validator:
         if value is not None and value < bound:
             raise FieldError(attribute.name, expected=f"a number >= {bound}", found=repr(value))
 
-    return check
+    return _stating({"minimum": bound})(check)
 
 
 def in_range(low: float, high: float, *, high_open: bool = True) -> Validator:
@@ -60,7 +81,7 @@ def in_range(low: float, high: float, *, high_open: bool = True) -> Validator:
             bracket = ")" if high_open else "]"
             raise FieldError(attribute.name, expected=f"a number in [{low}, {high}{bracket}", found=repr(value))
 
-    return check
+    return _stating({"minimum": low, "exclusiveMaximum" if high_open else "maximum": high})(check)
 
 
 def greater_than(bound: float) -> Validator:
@@ -68,7 +89,7 @@ def greater_than(bound: float) -> Validator:
         if not value > bound:
             raise FieldError(attribute.name, expected=f"a number > {bound}", found=repr(value))
 
-    return check
+    return _stating({"exclusiveMinimum": bound})(check)
 
 
 def one_of(choices: Collection[Any]) -> Validator:
@@ -77,7 +98,7 @@ def one_of(choices: Collection[Any]) -> Validator:
             listed = ", ".join(repr(c) for c in choices)
             raise FieldError(attribute.name, expected=f"one of {listed}", found=repr(value))
 
-    return check
+    return _stating({"enum": list(choices)})(check)
 
 
 # Field metadata: the spec writer leaves the field out while it holds its default, so an option added to a
