@@ -16,14 +16,16 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("tokenizer", help="train a subword tokenizer (byte-level BPE)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser("train", help="learn a byte-level BPE tokenizer.json from UTF-8 text files")
-    train.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files to learn from")
+    train.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files to learn from, each once (each its own document: "
+                       "no merge spans two)")
     train.add_argument("--vocab-size", type=positive_int, required=True, metavar="N",
-                       help="tokens in all, the 256 bytes included (at least 256)")
+                       help="tokens in all, the 256 bytes and the special tokens included (at least 256 + one per "
+                            "special token)")
     train.add_argument("--special", type=special_tokens, metavar="TOKENS",
                        help="comma-separated special tokens, never split, with the first ids (default <|endoftext|>, "
                             "GPT-2's end of text; '' for none); one named like an end of text (<|endoftext|>, </s>, "
                             "<|eos|>, ...) separates the files data prepare tokenises")
-    train.add_argument("--out", required=True, metavar="DIR", help="directory to write tokenizer.json in")
+    train.add_argument("--out", required=True, metavar="DIR", help="directory to write tokenizer.json (and its tokenizer_config.json) in")
     train.add_argument("--force", action="store_true", help="replace --out if it is a tokenizer directory")
     add_json_argument(train, "a JSON summary")
     train.set_defaults(run=run)
