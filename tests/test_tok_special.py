@@ -130,3 +130,15 @@ def test_bpe_training_merges_nothing_across_two_files(tmp_path, capsys):
                  "--out", str(tmp_path / "tok")]) == 0
     vocab = tokenizers.Tokenizer.from_file(str(tmp_path / "tok" / "tokenizer.json")).get_vocab()
     assert "xzqqzy" not in vocab and "zqqz" not in vocab and "qq" not in vocab
+
+
+def test_a_character_vocabulary_without_a_line_break_cannot_separate_files(tmp_path):
+    from blockspec.data.prepared import prepare
+    from blockspec.data.tokenizer import CharTokenizer, TokenizerError
+
+    (tmp_path / "x.txt").write_text("abc")
+    (tmp_path / "y.txt").write_text("cab")
+    with pytest.raises(TokenizerError, match=r"x.txt: does not end with a line break, and characters \(3\) "
+                                             r"hold none to put between it and the next file"):
+        prepare([tmp_path / "x.txt", tmp_path / "y.txt"], CharTokenizer("abc"), tmp_path / "d")
+    assert not (tmp_path / "d").exists()

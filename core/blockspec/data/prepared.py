@@ -117,8 +117,17 @@ def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
     between, ends_line = separator(tokenizer), True
     for index, path in enumerate(paths):
         if index and not (between == LINE_BREAK and ends_line):
-            yield tokenizer.encode(between)  # a special token is matched whole: one id
+            yield _separator_ids(tokenizer, between, after=paths[index - 1])
         ends_line = yield from _encoded_file(path, tokenizer, progress)
+
+
+def _separator_ids(tokenizer: AnyTokenizer, between: str, *, after: str | Path) -> list[int]:
+    """The separator's ids (a special token is matched whole: one id); a vocabulary without it is said so."""
+    try:
+        return tokenizer.encode(between)
+    except TokenizerError:
+        raise TokenizerError(f"{after}: does not end with a line break, and {tokenizer.describe()} hold none to put "
+                             "between it and the next file; end the file with one") from None
 
 
 def _encoded_file(path: str | Path, tokenizer: AnyTokenizer,
