@@ -48,13 +48,14 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = train_bpe(texts, args.vocab_size, special=special, source=args.files[0])
     with flag_names({"overwrite": "--force"}):
         written = write_tokenizer_directory(tokenizer, args.out, overwrite=args.force)
+    ids, eos = tokenizer.special_tokens, end_of_text(tokenizer)
     summary = {"tokenizer": str(written), "vocab_size": tokenizer.vocab_size, "sha256": tokenizer.sha256,
-               "special": tokenizer.special_tokens, "end_of_text": end_of_text(tokenizer)}
+               "special": ids, "end_of_text": eos}
     if args.json:
         emit_json(summary)
     else:
         print(f"wrote {summary['tokenizer']}: byte-level BPE, {tokenizer.vocab_size} tokens")
-        print(_special_line(summary["special"], summary["end_of_text"]))
+        print(_special_line(ids, eos))
     return 0
 
 

@@ -184,7 +184,7 @@ class HFTokenizer:
         return f"Hugging Face tokenizer.json ({self.vocab_size} tokens)"
 
 
-def end_of_text(tokenizer: Tokenizer) -> str | None:
+def end_of_text(tokenizer: CharTokenizer | HFTokenizer) -> str | None:
     """The special token that ends a document (``END_OF_TEXT_NAMES``, first match), or None: what separates files."""
     special = tokenizer.special_tokens if isinstance(tokenizer, HFTokenizer) else {}
     return next((name for name in END_OF_TEXT_NAMES if name in special), None)
