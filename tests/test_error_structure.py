@@ -140,8 +140,8 @@ def test_tokenizer_train_says_vocab_size(tmp_path, capsys):
     assert main(["tokenizer", "train", str(tmp_path / "t.txt"), "--vocab-size", "100",
                  "--out", str(tmp_path / "tok")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("blockspec: error: --vocab-size: a byte-level BPE needs at least 256 tokens") and (
-        err.rstrip().endswith("use --vocab-size 256 or more")), err
+    assert err.startswith("blockspec: error: --vocab-size: a byte-level BPE needs at least 257 tokens") and (
+        err.rstrip().endswith("use --vocab-size 257 or more")), err
 
 
 def _raise(error: BaseException):

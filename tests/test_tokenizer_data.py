@@ -137,7 +137,7 @@ def test_outputs_are_refused_without_force(prepared, capsys):
 def test_too_small_a_bpe_and_a_missing_tokenizer_get_one_line(prepared, tmp_path, capsys):
     assert main(["tokenizer", "train", str(prepared / "play.txt"), "--vocab-size", "100", "--out",
                  str(tmp_path / "t")]) == 2
-    assert "at least 256" in error_line(capsys)
+    assert "at least 257" in error_line(capsys)  # 256 bytes and the end-of-text token
     (tmp_path / "empty").mkdir()
     assert main(["data", "prepare", str(prepared / "play.txt"), "--tokenizer", str(tmp_path / "empty"), "--out",
                  str(tmp_path / "d")]) == 2

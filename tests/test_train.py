@@ -55,7 +55,7 @@ def test_a_batch_is_windows_and_their_next_characters(data):
 def test_text_the_model_cannot_hold_is_refused_with_the_fix():
     with pytest.raises(DataError, match=r"has 26 distinct characters, .*vocab_size is 20; raise vocab_size to at least 26"):
         CharDataset.from_text("abcdefghijklmnopqrstuvwxyz" * 10).check_fits(20, 8)
-    with pytest.raises(DataError, match=r"the val split has 3 characters, .*needs 17"):
+    with pytest.raises(DataError, match=r"holds 30 characters; .*needs 17 in each split.*at least 161 characters"):
         CharDataset.from_text("ab" * 15).check_fits(65, 16)
     with pytest.raises(DataError, match=r"<text>: character 'q'"):
         CharDataset.from_text("quill", blockspec_tokenizer("abc"))

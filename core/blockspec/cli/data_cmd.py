@@ -11,11 +11,13 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("data", help="prepare a tokenised dataset for `blockspec train --data DIR`")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     prepare = actions.add_parser("prepare", help="tokenise text files into train.bin, val.bin and meta.json")
-    prepare.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files (first 90%% of the tokens "
-                         "train, the last 10%% validation)")
-    prepare.add_argument("--tokenizer", required=True, metavar="DIR",
-                         help="a directory with tokenizer.json (blockspec tokenizer train, a Hugging Face model), "
-                              "a blockspec checkpoint carrying one, or 'char' (the text's own characters)")
+    prepare.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files, each once, in order, with the "
+                         "tokenizer's end-of-text token between two (without one: a line break); the first 90%% of "
+                         "the tokens train, the last 10%% validation")
+    prepare.add_argument("--tokenizer", required=True, metavar="DIR|FILE",
+                         help="a directory with tokenizer.json (blockspec tokenizer train, a Hugging Face model) or "
+                              "that tokenizer.json, a blockspec checkpoint carrying one, or 'char' (the text's own "
+                              "characters)")
     prepare.add_argument("--out", required=True, metavar="DIR", help="directory to write")
     prepare.add_argument("--force", action="store_true", help="replace --out if it is a prepared dataset")
     prepare.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from blockspec.errors import BlockspecError
+from blockspec.data.textfiles import TextFileError, chunks
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
@@ -62,9 +63,9 @@ class CharDataset:
     @classmethod
     def from_file(cls, path: str | Path, tokenizer: CharTokenizer | HFTokenizer | None = None) -> CharDataset:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise DataError(f"{path}: cannot read the training text: {error}") from None
+            text = "".join(chunks(path))  # the data room's reading: a missing, empty or non-UTF-8 file in one line
+        except TextFileError as error:
+            raise DataError(error.problems) from None
         return cls.from_text(text, tokenizer, source=str(path))
 
     def check_fits(self, vocab_size: int, context_length: int) -> None:
@@ -74,7 +75,8 @@ class CharDataset:
             raise DataError(f"{self.source}: has {self.tokenizer.vocab_size} {what}, but the spec's "
                             f"$.model.vocab_size is {vocab_size}; raise vocab_size to at least "
                             f"{self.tokenizer.vocab_size}")
-        check_windows(self.source, self.splits, context_length, unit="characters", remedy="use a longer text")
+        unit = "characters" if isinstance(self.tokenizer, CharTokenizer) else "tokens"  # a checkpoint's subwords
+        check_windows(self.source, self.splits, context_length, unit=unit, remedy="use a longer text")
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``size`` random windows: inputs x and next-character targets y, (size, length) each."""
@@ -85,11 +87,22 @@ class CharDataset:
 
 
 def check_windows(source: str, splits: Mapping[str, Sized], context_length: int, *, unit: str, remedy: str) -> None:
-    """Refuse a split too short for one window: a window is context_length inputs and one more target."""
-    for name, ids in splits.items():
-        if len(ids) <= context_length:
-            raise DataError(f"{source}: the {name} split has {len(ids)} {unit}, but one window of "
-                            f"$.model.context_length = {context_length} needs {context_length + 1}; {remedy}")
+    """Refuse a text too short for one window (context_length inputs and one more target) in each split,
+    saying how long it is and how long it must be."""
+    if all(len(ids) > context_length for ids in splits.values()):
+        return
+    total, window = sum(len(ids) for ids in splits.values()), context_length + 1
+    raise DataError(f"{source}: holds {total} {unit}; one window of $.model.context_length = {context_length} needs "
+                    f"{window} in each split, the last {1 - TRAIN_FRACTION:.0%} (validation) included, so at least "
+                    f"{shortest_text(window)} {unit} in all; {remedy}")
+
+
+def shortest_text(window: int) -> int:
+    """The fewest ids whose 90/10 split holds ``window`` ids on each side (the splits' own arithmetic)."""
+    total = max(2 * window, int(window / (1 - TRAIN_FRACTION)) - 10)  # just below the answer
+    while int(total * TRAIN_FRACTION) < window or total - int(total * TRAIN_FRACTION) < window:
+        total += 1
+    return total
 
 
 def window_offsets(n_ids: int, *, size: int, length: int, seed: int) -> torch.Tensor:

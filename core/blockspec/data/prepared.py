@@ -2,7 +2,9 @@
 
 ``prepare`` streams the text in pieces (constant memory, whatever the corpus size), appends every
 token to ``train.bin``, then moves the last 10% to ``val.bin``: the same 90/10 split as
-``CharDataset``. ``meta.json`` records the tokenizer's sha256, so data and tokenizer cannot be
+``CharDataset``. Files are documents: the tokenizer's end-of-text token (``tokenizer.end_of_text``) goes
+between two files, or, for a tokenizer without one, a line break where a file does not end with one, so
+that no document runs into the next. ``meta.json`` records the tokenizer's sha256, so data and tokenizer cannot be
 mixed up silently; the tokenizer itself is copied beside the arrays. The directory is written
 atomically (``atomic_directory``), and replaces only a prepared dataset (``PREPARED``).
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,8 +33,8 @@ from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
 from blockspec.data.dataset import TRAIN_FRACTION, DataError, check_windows, window_offsets
 from blockspec.data.textfiles import check_text_files, chunks
-from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, tokenizer_bytes,
-                                      tokenizer_from_bytes)
+from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, end_of_text,
+                                      tokenizer_bytes, tokenizer_from_bytes)
 
 FORMAT = "blockspec-prepared-data"
 VERSION = 1
@@ -41,6 +43,7 @@ SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
+LINE_BREAK = "\n"
 # what ``data prepare --force`` may replace: a directory holding what prepare writes and nothing else
 PREPARED = directory_kind("a prepared dataset", markers=(META_FILE,),
                           entries=(META_FILE, *SPLIT_FILES.values(), TOKENIZER_FILE))
@@ -58,12 +61,20 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def char_tokenizer(paths: Sequence[str | Path]) -> CharTokenizer:
-    """The sorted set of the characters of every file, read piece by piece."""
+    """The sorted set of the characters of every file, read piece by piece, and the line break between them."""
     seen: set[str] = set()
-    for path in paths:
-        for text in chunks(path):
-            seen.update(text)
+    for index, path in enumerate(paths):
+        last = ""
+        for last in chunks(path):
+            seen.update(last)
+        if index < len(paths) - 1 and not last.endswith(LINE_BREAK):
+            seen.add(LINE_BREAK)  # what will end this file (``separator``)
     return CharTokenizer("".join(sorted(seen)))
+
+
+def separator(tokenizer: AnyTokenizer) -> str:
+    """What goes between two files: the end-of-text token, else a line break (where a file lacks its own)."""
+    return end_of_text(tokenizer) or LINE_BREAK
 
 
 # ---------------------------------------------------------------- writing
@@ -94,22 +105,43 @@ def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
     (folder / TOKENIZER_FILE).write_bytes(tokenizer_bytes(tokenizer))
     meta = {"format": FORMAT, "version": VERSION, "tokenizer_sha256": tokenizer_sha256(tokenizer),
             "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
-            "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths]}
+            "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths],
+            "separator": separator(tokenizer)}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
 
 
 def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
              progress: Callable[[int], None] | None) -> Iterator[list[int]]:
-    """Token ids, a group of pieces at a time (constant memory)."""
+    """Token ids, file after file with the ``separator`` between them."""
+    between, ends_line = separator(tokenizer), True
+    for index, path in enumerate(paths):
+        if index and not (between == LINE_BREAK and ends_line):
+            yield _separator_ids(tokenizer, between, after=paths[index - 1])
+        ends_line = yield from _encoded_file(path, tokenizer, progress)
+
+
+def _separator_ids(tokenizer: AnyTokenizer, between: str, *, after: str | Path) -> list[int]:
+    """The separator's ids (a special token is matched whole: one id); a vocabulary without it is said so."""
+    try:
+        return tokenizer.encode(between)
+    except TokenizerError:
+        raise TokenizerError(f"{after}: does not end with a line break, and {tokenizer.describe()} hold none to put "
+                             "between it and the next file; end the file with one") from None
+
+
+def _encoded_file(path: str | Path, tokenizer: AnyTokenizer,
+                  progress: Callable[[int], None] | None) -> Generator[list[int], None, bool]:
+    """One file's ids, a group of pieces at a time (constant memory); returns whether it ends with a line break."""
     group: list[str] = []
-    for path in paths:
-        for text in chunks(path, PIECE_BYTES):
-            group.append(text)
-            if len(group) == BATCH_CHUNKS:
-                yield from _encode_group(tokenizer, group, progress)
-                group = []
+    last = ""
+    for last in chunks(path, PIECE_BYTES):
+        group.append(last)
+        if len(group) == BATCH_CHUNKS:
+            yield from _encode_group(tokenizer, group, progress)
+            group = []
     yield from _encode_group(tokenizer, group, progress)
+    return last.endswith(LINE_BREAK)
 
 
 def _encode_group(tokenizer: AnyTokenizer, texts: list[str],
@@ -163,6 +195,7 @@ class MetaDocument:
     train_fraction: float
     tokens: SplitCounts
     sources: list[str]
+    separator: str | None = None  # what went between two files (datasets prepared before it was recorded: None)
 
 
 class PreparedDataset:

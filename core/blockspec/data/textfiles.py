@@ -6,6 +6,7 @@ Torch-free: `blockspec tokenizer train` uses it without loading torch.
 from __future__ import annotations
 
 import codecs
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -15,17 +16,33 @@ CHUNK_BYTES = 1 << 20
 
 
 class TextFileError(TokenizerError):
-    """A text file is missing, empty or not UTF-8."""
+    """A text file is missing, empty, not UTF-8, or given twice."""
 
 
 def check_text_files(paths: Sequence[str | Path]) -> int:
-    """Refuse, before any work, a missing, empty or non-UTF-8 file (one line each); returns the total bytes."""
+    """Refuse, before any work, a file given twice, or a missing, empty or non-UTF-8 file (one line each);
+    returns the total bytes."""
+    check_distinct(paths)
     total = 0
     for path in paths:
         for _ in chunks(path):
             pass
         total += Path(path).stat().st_size
     return total
+
+
+def check_distinct(paths: Sequence[str | Path]) -> None:
+    """Refuse one file given twice under any spelling (``./a.txt``, a link, a hard link): its text would count twice."""
+    seen: dict[tuple[int, int], str | Path] = {}
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue  # a missing file: reading it says so
+        identity = (status.st_dev, status.st_ino)
+        if identity in seen:
+            raise TextFileError(f"{path}: is the same file as {seen[identity]}; give each file once")
+        seen[identity] = path
 
 
 def chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:

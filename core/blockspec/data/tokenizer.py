@@ -27,9 +27,18 @@ from blockspec.spec.schema import MAX_VOCAB_SIZE
 # chapter's character model (id 0 is "\n", id 1 is " ", ...).
 TINY_SHAKESPEARE_CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-TOKENIZER_FILE = "tokenizer.json"  # a tokenizer directory's one file (blockspec tokenizer train writes it)
-# what ``tokenizer train --force`` may replace: a directory holding its tokenizer.json and nothing else
-TOKENIZER_DIRECTORY = directory_kind("a tokenizer directory", markers=(TOKENIZER_FILE,), entries=(TOKENIZER_FILE,))
+TOKENIZER_FILE = "tokenizer.json"  # a tokenizer directory's tokenizer (blockspec tokenizer train writes it)
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # beside it, for transformers: which special token is which
+# what ``tokenizer train --force`` may replace: a directory holding its tokenizer.json (and config) and nothing else
+TOKENIZER_DIRECTORY = directory_kind("a tokenizer directory", markers=(TOKENIZER_FILE,),
+                                     entries=(TOKENIZER_FILE, TOKENIZER_CONFIG_FILE))
+# GPT-2's one special token, which ends every document (and begins one): tokenizer train's default
+END_OF_TEXT = "<|endoftext|>"
+DEFAULT_SPECIAL = (END_OF_TEXT,)
+# What a tokenizer's end-of-text token is called, first match wins: GPT-2's, Pythia's, Qwen's, OLMo's; Llama 3's;
+# Llama 2's, Mistral's, T5's; Gemma's; and the plain name `tokenizer train --special` users choose.
+END_OF_TEXT_NAMES = (END_OF_TEXT, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+BEGIN_OF_TEXT_NAMES = ("<|begin_of_text|>", "<s>", "<bos>", "<|bos|>", "<|startoftext|>")
 CHAR = "char"  # the name that asks for a text's own characters instead of a tokenizer directory
 BYTE_VOCAB = 256
 # What a trained tokenizer may hold: what a spec's vocabulary may (the BPE trainer reserves room for every
@@ -155,6 +164,12 @@ class HFTokenizer:
     def sha256(self) -> str:
         return hashlib.sha256(self.data).hexdigest()
 
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Its special tokens (matched whole before any splitting, never merged), by id: content -> id."""
+        added = sorted(self._backend.get_added_tokens_decoder().items())
+        return {token.content: index for index, token in added if token.special}
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many texts at once: the library spreads them over its threads."""
         return [encoding.ids for encoding in self._backend.encode_batch(texts, add_special_tokens=False)]
@@ -169,15 +184,37 @@ class HFTokenizer:
         return f"Hugging Face tokenizer.json ({self.vocab_size} tokens)"
 
 
-def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") -> HFTokenizer:
+def end_of_text(tokenizer: CharTokenizer | HFTokenizer) -> str | None:
+    """The special token that ends a document (``END_OF_TEXT_NAMES``, first match), or None: what separates files."""
+    special = tokenizer.special_tokens if isinstance(tokenizer, HFTokenizer) else {}
+    return next((name for name in END_OF_TEXT_NAMES if name in special), None)
+
+
+def check_special(tokens: Sequence[str]) -> tuple[str, ...]:
+    """Special tokens as given: each non-empty, without surrounding space, and given once."""
+    for token in tokens:
+        if not token or token != token.strip():
+            found = "an empty token" if not token.strip() else repr(token)
+            raise TokenizerError(Problem(path="special", expected="special tokens without surrounding spaces, "
+                                         "like <|endoftext|>", found=found))
+        if tokens.count(token) > 1:
+            raise TokenizerError(Problem(path="special", expected="each special token once", found=f"{token!r} twice"))
+    return tuple(tokens)
+
+
+def train_bpe(texts: Iterator[str], vocab_size: int, *, special: Sequence[str] = DEFAULT_SPECIAL,
+              source: str = "<text>") -> HFTokenizer:
     """A byte-level BPE (GPT-2's kind: any text encodes, nothing is unknown) learnt from ``texts``.
 
-    ``vocab_size`` counts the 256 byte tokens, so it must be at least 256.
+    ``special`` tokens take the first ids, in their order, and are never split or merged (GPT-2's one
+    end-of-text token by default). ``vocab_size`` counts them and the 256 byte tokens.
     """
-    if vocab_size < BYTE_VOCAB:
+    special = check_special(special)
+    if vocab_size < BYTE_VOCAB + len(special):
         raise TokenizerError(Problem(
-            path="vocab_size", message=f"a byte-level BPE needs at least {BYTE_VOCAB} tokens (one per byte), "
-            f"found {vocab_size}", hint=f"use {{vocab_size}} {BYTE_VOCAB} or more", names={"vocab_size": "vocab_size"}))
+            path="vocab_size", message=f"a byte-level BPE needs at least {BYTE_VOCAB + len(special)} tokens (one per "
+            f"byte, and {len(special)} special), found {vocab_size}", hint=f"use {{vocab_size}} "
+            f"{BYTE_VOCAB + len(special)} or more", names={"vocab_size": "vocab_size"}))
     if vocab_size > MAX_TRAINED_VOCAB:
         raise TokenizerError(Problem(path="vocab_size", expected=f"at most {MAX_TRAINED_VOCAB:,} tokens (as a spec's "
                                      "[model] vocab_size)", found=f"{vocab_size:,}"))
@@ -185,7 +222,7 @@ def train_bpe(texts: Iterator[str], vocab_size: int, *, source: str = "<text>") 
     backend = library.Tokenizer(library.models.BPE())
     backend.pre_tokenizer = library.pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = library.decoders.ByteLevel()
-    trainer = library.trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=[],
+    trainer = library.trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False, special_tokens=list(special),
                                           initial_alphabet=library.pre_tokenizers.ByteLevel.alphabet())
     backend.train_from_iterator(texts, trainer)
     return HFTokenizer(backend.to_str().encode("utf-8"), source=source)
@@ -243,7 +280,18 @@ def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path, *, 
     out = check_writable_target(directory, kind=TOKENIZER_DIRECTORY, overwrite=overwrite)
     with atomic_directory(out, overwrite=overwrite) as staging:
         (staging / TOKENIZER_FILE).write_bytes(tokenizer.data)
+        (staging / TOKENIZER_CONFIG_FILE).write_text(json.dumps(transformers_config(tokenizer), indent=1) + "\n")
     return out / TOKENIZER_FILE
+
+
+def transformers_config(tokenizer: HFTokenizer) -> dict[str, str]:
+    """tokenizer_config.json: the roles ``AutoTokenizer`` reads (``eos_token``, ``bos_token``), by the names' rule.
+
+    A tokenizer without a begin-of-text token begins a text with its end-of-text token, as GPT-2's does."""
+    eos = end_of_text(tokenizer)
+    bos = next((name for name in BEGIN_OF_TEXT_NAMES if name in tokenizer.special_tokens), eos)
+    roles = {"bos_token": bos, "eos_token": eos}
+    return {"tokenizer_class": "PreTrainedTokenizerFast", **{k: v for k, v in roles.items() if v is not None}}
 
 
 def read_tokenizer_directory(directory: str | Path) -> CharTokenizer | HFTokenizer | None:

@@ -46,11 +46,13 @@ def text_tokenizer(tokenizer: Tokenizer | None, vocab_size: int) -> Tokenizer:
 
 
 def tokenizer_at(name: str | Path) -> CharTokenizer | HFTokenizer | None:
-    """A ``--tokenizer`` argument: a model source (by the rule), a tokenizer directory, or "char" (None:
-    the text's own characters)."""
+    """A ``--tokenizer`` argument: a model source (by the rule), a tokenizer directory, the ``tokenizer.json``
+    of either (read as its directory), or "char" (None: the text's own characters)."""
     if str(name) == CHAR:
         return None
     path = Path(name)
+    if path.name == TOKENIZER_FILE and path.is_file():
+        path = path.parent  # a directory's own tokenizer.json names the directory: the rule reads it from there
     if is_checkpoint(path) or is_hf_directory(path):
         tokenizer = tokenizer_of(path)
         if tokenizer is None:
@@ -59,10 +61,18 @@ def tokenizer_at(name: str | Path) -> CharTokenizer | HFTokenizer | None:
         return tokenizer
     tokenizer = read_tokenizer_directory(path) if path.is_dir() else None
     if tokenizer is None:
-        raise TokenizerError(f"{name}: expected a directory holding {TOKENIZER_FILE} (blockspec tokenizer train's "
-                             f"output, a Hugging Face model), a blockspec checkpoint, or '{CHAR}'; found "
-                             + (f"a directory without {TOKENIZER_FILE}" if path.is_dir() else "no such directory"))
+        raise TokenizerError(f"{name}: {_what_is_at(path)}; expected a directory holding {TOKENIZER_FILE} (blockspec "
+                             f"tokenizer train's output, a Hugging Face model), that {TOKENIZER_FILE} itself, a "
+                             f"blockspec checkpoint, or '{CHAR}'")
     return tokenizer
+
+
+def _what_is_at(path: Path) -> str:
+    if path.is_dir():
+        return f"is a directory without {TOKENIZER_FILE}"
+    if path.is_file():
+        return f"is a file, not a {TOKENIZER_FILE}"
+    return "does not exist" if not os.path.lexists(path) else "is a link to nothing"
 
 
 def _checkpoint_tokenizer(path: Path) -> CharTokenizer | HFTokenizer | None:
