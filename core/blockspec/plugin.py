@@ -92,7 +92,8 @@ Conventions the core relies on (by attribute, on any module of a built model):
   adds ``aux_loss_coef * aux_loss`` of every module whose ``aux_loss`` is not None to the loss.
 - ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
   ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
-  attribute (``"up(x): d -> {up.out_features}"``).
+  attribute (``"up(x): d -> {up.out_features}"``). Where the text follows the module's own options,
+  make it a property (``CausalSelfAttention``'s names its window, query scale and cap).
 - Initialisation: ``init_roles`` (above): what a module declares is drawn by ``[init]``, the rest is its own.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
