@@ -44,7 +44,7 @@ def attention_ops(*, qk_norm: str = "none", query_scale: float | None = None, lo
         "score_bias": "{positional}: score bias",
         "scores": f"{scores}: soft-capped scores per head, before the mask",
         "weights": f"softmax({scores} + mask): weights per head, {mask}",
-        "heads": "weights @ v, per head " + ("(SDPA)" if logit_softcap is None else "(an explicit softmax, for the cap)"),
+        "heads": "weights @ v, per head " + ("(SDPA)" if logit_softcap is None else "(explicit softmax, for the cap)"),
         "out": "proj(concat(heads)): attention output",
     }
 
