@@ -85,6 +85,13 @@ class MixtureOfExperts(nn.Module):
             "shared": "shared experts: {shared}" + (", sigmoid-gated" if getattr(self.shared, "gate", None) else ""),
         }
 
+    def active_parameters(self) -> int:
+        """What one token passes through (``blockspec.plugin.ActiveParameters``): the router, its top_k routed
+        experts and the shared ones; the other n_experts - top_k experts sit idle for it."""
+        routed = [self.up, self.down, self.up_bias, self.down_bias]  # each (E, ...): one slice per expert
+        per_expert = sum(p[0].numel() for p in routed if p is not None)
+        return sum(p.numel() for p in self.parameters()) - (self.n_experts - self.top_k) * per_expert
+
     def extra_repr(self) -> str:
         return f"n_experts={self.n_experts}, top_k={self.top_k}, renormalize={self.renormalize}, d_ff={self.d_ff}"
 
