@@ -92,8 +92,13 @@ Conventions the core relies on (by attribute, on any module of a built model):
   adds ``aux_loss_coef * aux_loss`` of every module whose ``aux_loss`` is not None to the loss.
 - ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
   ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
-  attribute (``"up(x): d -> {up.out_features}"``).
+  attribute (``"up(x): d -> {up.out_features}"``). Where the text follows the module's own options,
+  make it a property (``CausalSelfAttention``'s names its window, query scale and cap).
 - Initialisation: ``init_roles`` (above): what a module declares is drawn by ``[init]``, the rest is its own.
+- ``active_parameters()`` (``ActiveParameters``, optional): a module some of whose parameters each token
+  skips (a mixture of experts: top_k of n_experts) returns how many of its own parameters one token
+  passes through; ``blockspec show`` and ``count_parameters(...).active`` count every other parameter
+  as active. blockspec-moe's ``ffn:moe`` implements it.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
 ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
@@ -108,6 +113,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 from blockspec.assembly.context import BuildContext, LayerParts
+from blockspec.assembly.active import ActiveParameters
 from blockspec.errors import ContextLengthError, FieldError
 from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
@@ -154,6 +160,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "API_VERSION",
     "OMIT_DEFAULT",
+    "ActiveParameters",
     "Activation",
     "Build",
     "BuildContext",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import attrs
 
 from blockspec.sources import open_source
+from blockspec.inspect.layers import LayerGroup, layers_text
 from blockspec.inspect.summary import (
     ModelSummary,
     ModuleRow,
@@ -44,7 +46,9 @@ def _as_json(summary: ModelSummary) -> dict:
     return {
         "name": summary.name,
         "parameters": summary.parameters,
+        "parameters_active": summary.parameters_active,
         "parameters_estimate": summary.parameters_estimate,
+        "layers": [{**attrs.asdict(group), "layers": list(group.layers)} for group in summary.layers],
         "modules": [attrs.asdict(row) for row in summary.rows],
     }
 
@@ -53,9 +57,29 @@ def _print(summary: ModelSummary) -> None:
     rows = [_cells(row) for row in fold_blocks(summary.rows, summary.layer_groups)]
     print(f"{summary.name}  (N = sequence length; batch dimension omitted)\n")
     print_table(("MODULE", "TYPE", "OUTPUT", "PARAMETERS", "COMPONENT", "DISTRIBUTION"), rows, right=(3,))
+    print("\nlayers: each kind's component, its options as the spec gives them, and the layers that use it\n")
+    n_layers = len(summary.layer_groups)
+    print_table(("KIND", "COMPONENT", "OPTIONS", "LAYERS"), [_layer_cells(g, n_layers) for g in summary.layers])
+    _print_counts(summary)
+
+
+def _layer_cells(group: LayerGroup, n_layers: int) -> tuple[str, ...]:
+    options = ", ".join(f"{key}={json.dumps(value)}" for key, value in group.options.items())
+    share = "all" if len(group.layers) == n_layers else f"{len(group.layers)} of {n_layers}"
+    return (group.kind, group.component, options, f"{layers_text(group.layers)} ({share})")
+
+
+def _print_counts(summary: ModelSummary) -> None:
+    """The exact total; what a token passes through where that is less; the estimate where it describes the model."""
     print(f"\ntotal parameters      {summary.parameters:>15,}")
-    error = (summary.parameters_estimate - summary.parameters) / summary.parameters if summary.parameters else 0.0
-    print(f"12·L·d² + |V|·d       {summary.parameters_estimate:>15,}  ({error:+.2%} vs exact)")
+    active = summary.parameters_active
+    if active is not None and active != summary.parameters:
+        print(f"active per token      {active:>15,}  ({active / summary.parameters:.1%}: the experts a token "
+              "is routed to, and every dense part)")
+    estimate = summary.parameters_estimate
+    if estimate is not None:
+        error = (estimate - summary.parameters) / summary.parameters if summary.parameters else 0.0
+        print(f"12·L·d² + |V|·d       {estimate:>15,}  ({error:+.2%} vs exact)")
 
 
 def _cells(row: ModuleRow) -> tuple[str, ...]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import attrs
 from attrs import frozen
 
-from blockspec.assembly.counting import estimate_parameters
+from blockspec.assembly.counting import count_model
+from blockspec.inspect.layers import LayerGroup, layer_components
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec
 
@@ -30,9 +31,11 @@ class ModuleRow:
 class ModelSummary:
     name: str
     parameters: int
-    parameters_estimate: int
+    parameters_estimate: int | None  # 12·L·d² + |V|·d; None where the model's FFNs are not the dense one it counts
     rows: tuple[ModuleRow, ...]
     layer_groups: tuple[int, ...] = ()  # per layer: which distinct configuration it has ([[layers]])
+    parameters_active: int | None = None  # what one token passes through (a MoE's top_k experts); None: all
+    layers: tuple[LayerGroup, ...] = ()  # each kind's components and the layers that use them
 
 
 def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary:
@@ -41,10 +44,10 @@ def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary
     model = build(spec, registry=registry, device="meta")
     shapes = _record_all_shapes(model, probe_lengths(spec))
     rows = _rows(model, shapes)
-    total = sum(p.numel() for p in model.parameters())
-    return ModelSummary(name=spec.model.name, parameters=total,
-                        parameters_estimate=estimate_parameters(spec.model), rows=tuple(rows),
-                        layer_groups=layer_groups(spec))
+    count = count_model(model)
+    return ModelSummary(name=spec.model.name, parameters=count.exact, parameters_estimate=count.estimate,
+                        parameters_active=count.active, rows=tuple(rows), layer_groups=layer_groups(spec),
+                        layers=layer_components(spec))
 
 
 def layer_groups(spec: ModelSpec) -> tuple[int, ...]:

@@ -225,11 +225,24 @@ class _Recorder:
         return event.path
 
     def maker(self, source: str) -> dict[str, str | None]:
-        component = self.provenance.get(source)
+        component = self.provenance.get(source) or self.builder(source)
         if component is not None:
             return {"component": f"{component.kind}:{component.name}", "distribution": component.distribution}
         module = self.modules.get(source)
         return {"component": None, "distribution": CORE if module is not None and _is_core(module) else None}
+
+    def builder(self, source: str) -> Any:
+        """A plugin's own helper module (the MoE's shared experts) is the work of the nearest component above it
+        whose module comes from the same package; a module swapped in from elsewhere is nobody's."""
+        module = self.modules.get(source)
+        if module is None or _is_core(module) or _is_torch(module):
+            return None
+        parts = source.split(".")
+        above = [".".join(parts[:end]) for end in range(len(parts) - 1, 0, -1)]
+        owner = next((path for path in above if path in self.provenance), None)
+        if owner is None or _package(self.modules[owner]) != _package(module):
+            return None
+        return self.provenance[owner]
 
     def op(self, event: _Event) -> str:
         module = self.modules[event.path]
@@ -298,6 +311,10 @@ def _what(path: str) -> str:
 
 def _is_torch(module: nn.Module) -> bool:
     return type(module).__module__.startswith("torch.")
+
+
+def _package(module: nn.Module) -> str:
+    return type(module).__module__.split(".", 1)[0]
 
 
 def _is_core(module: nn.Module) -> bool:

@@ -21,6 +21,34 @@ def qkv_split_sizes(n_heads: int, n_kv_heads: int, head_dim: int) -> tuple[int, 
     return n_heads * head_dim, kv_width, kv_width
 
 
+def attention_ops(*, qk_norm: str = "none", query_scale: float | None = None, logit_softcap: float | None = None,
+                  sliding_window: int | None = None) -> dict[str, str]:
+    """The op text of each tap of an attention with these options: what it computes, as ``blockspec trace`` shows it.
+
+    ``{positional}`` and ``{score_bias}`` are the tracer's to fill (the encoder is not the attention's)."""
+    scaled = "q·kᵀ/√hs" if query_scale is None else f"q·kᵀ·{query_scale:g}"
+    scores = f"{scaled}{{score_bias}}"
+    if logit_softcap is not None:
+        scores = f"{logit_softcap:g}·tanh(({scores})/{logit_softcap:g})"
+    mask = "causally masked" if sliding_window is None else \
+        f"causally masked, window {sliding_window} (a query sees its last {sliding_window} positions)"
+    normed = "per head over head_dim" if qk_norm == "head" else "over all heads' width"
+    return {
+        "q": "qkv(x): queries, split into heads",
+        "k": "qkv(x): keys, split into kv heads",
+        "v": "qkv(x): values, split into kv heads",
+        "q_norm": f"q_norm(q): queries RMS-normalised {normed}, learned scale",
+        "k_norm": f"k_norm(k): keys RMS-normalised {normed}, learned scale",
+        "q_rotated": "{positional}: q rotated by position",
+        "k_rotated": "{positional}: k rotated by position",
+        "score_bias": "{positional}: score bias",
+        "scores": f"{scores}: soft-capped scores per head, before the mask",
+        "weights": f"softmax({scores} + mask): weights per head, {mask}",
+        "heads": "weights @ v, per head " + ("(SDPA)" if logit_softcap is None else "(explicit softmax, for the cap)"),
+        "out": "proj(concat(heads)): attention output",
+    }
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head (or grouped-query) causal self-attention; no loop over heads.
 
@@ -37,20 +65,6 @@ class CausalSelfAttention(nn.Module):
     multiplied by, instead of 1/sqrt(head_dim)); ``qkv_bias`` and ``out_bias``.
     """
 
-    tap_ops: ClassVar[dict[str, str]] = {
-        "q": "qkv(x): queries, split into heads",
-        "k": "qkv(x): keys, split into kv heads",
-        "v": "qkv(x): values, split into kv heads",
-        "q_norm": "q_norm(q): RMS-normalised queries, learned scale",
-        "k_norm": "k_norm(k): RMS-normalised keys, learned scale",
-        "q_rotated": "{positional}: q rotated by position",
-        "k_rotated": "{positional}: k rotated by position",
-        "score_bias": "{positional}: score bias",
-        "scores": "cap·tanh(q·kᵀ·scale/cap): soft-capped scores per head, before the mask",
-        "weights": "softmax(q·kᵀ/√hs{score_bias} + mask): weights per head, causally masked",
-        "heads": "weights @ v, per head (SDPA)",
-        "out": "proj(concat(heads)): attention output",
-    }
     # what the spec's [init] draws (assembly/initialisation.py); q_norm and k_norm keep their ones
     init_roles: ClassVar[Mapping[str, str]] = {
         "qkv.weight": "std", "qkv.bias": "zero", "proj.weight": "residual", "proj.bias": "zero",
@@ -131,6 +145,12 @@ class CausalSelfAttention(nn.Module):
         if self.qk_norm == "head":  # over each head's head_dim (Qwen3, Gemma 3)
             return self.q_norm(q), self.k_norm(k)
         return _across_heads(self.q_norm, q), _across_heads(self.k_norm, k)  # over all heads' width (OLMo 2)
+
+    @property
+    def tap_ops(self) -> dict[str, str]:
+        """Each tap's op text for ``blockspec trace``, from this attention's own options (window, scale, cap)."""
+        return attention_ops(qk_norm=self.qk_norm, query_scale=self.query_scale, logit_softcap=self.logit_softcap,
+                             sliding_window=self.sliding_window)
 
     @property
     def scale(self) -> float:

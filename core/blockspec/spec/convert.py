@@ -262,7 +262,7 @@ class _LayerReader:
         for i in range(self.model.n_layers):
             self._check_layer(i, rules)
         for (path, message, hint), where in self.found.items():
-            which = f"layer {where[0]}" if len(where) == 1 else "layers " + _ranges(where)
+            which = f"layer {where[0]}" if len(where) == 1 else "layers " + number_ranges(where)
             self.reader.problem(path, f"{message} ({which})", hint)
         return () if None in rules else tuple(rules)  # type: ignore[arg-type]
 
@@ -368,8 +368,8 @@ def _layer_number(value: Any) -> bool:
     return type(value) is int and value >= SELECTOR_MINIMUM["index"]
 
 
-def _ranges(numbers: list[int]) -> str:
-    """[0, 1, 2, 4] -> "0-2, 4"."""
+def number_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 4] -> "0-2, 4": a set of layers as messages and `blockspec show` write it."""
     runs: list[list[int]] = []
     for n in numbers:
         if runs and n == runs[-1][-1] + 1:
@@ -432,12 +432,17 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
     for part in spec.components():
         if part.kind in ("block", "ffn") and _is_default(part, spec.model):
             continue  # written only when chosen: specs from before [block] and [ffn] dump as before
-        document[part.kind] = {"use": part.use, **_drop_none(_drop_defaults(part.config))}
+        document[part.kind] = component_table(part)
     if spec.init != InitConfig():  # written only when chosen: GPT-2's default dumps as before
         document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
     if spec.layers:  # written only when given: specs without [[layers]] dump as before
         document[LAYERS] = [_rule_dict(rule) for rule in spec.layers]
     return document
+
+
+def component_table(part: ComponentSpec) -> dict[str, Any]:
+    """One component's table as a spec file writes it: ``use``, then the fields that say something."""
+    return {"use": part.use, **_drop_none(_drop_defaults(part.config))}
 
 
 def _rule_dict(rule: LayerRule) -> dict[str, Any]:

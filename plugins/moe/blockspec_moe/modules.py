@@ -43,11 +43,6 @@ class MixtureOfExperts(nn.Module):
     router probability of e), and ``aux_loss_coef`` its weight; in eval mode ``aux_loss`` is None.
     """
 
-    tap_ops: ClassVar[dict[str, str]] = {
-        "router": "router(x): d -> {router.out_features} expert logits",
-        "experts": "top-k experts of {act}, routing-weighted sum",
-        "shared": "shared experts: {shared}",
-    }
     # drawn by the spec's [init] as the dense FFN's linears are (the shared experts declare their own)
     init_roles: ClassVar[Mapping[str, str]] = {
         "router.weight": "std", "up": "std", "up_bias": "zero", "down": "residual", "down_bias": "zero",
@@ -80,6 +75,23 @@ class MixtureOfExperts(nn.Module):
             self.shared = SharedExperts(d_model=d_model, d_ff=n_shared_experts * d_ff, activation=shared_activation,
                                         bias=bias, gate=shared_gate)
 
+    @property
+    def tap_ops(self) -> dict[str, str]:
+        """Each tap's op text for ``blockspec trace``, from this mixture's own sizes."""
+        weighting = "renormalised routing weights" if self.renormalize else "routing probabilities"
+        return {
+            "router": "router(x): d -> {router.out_features} expert logits",
+            "experts": f"top-{self.top_k} of {self.n_experts} experts of {{act}}, summed by {weighting}",
+            "shared": "shared experts: {shared}" + (", sigmoid-gated" if getattr(self.shared, "gate", None) else ""),
+        }
+
+    def active_parameters(self) -> int:
+        """What one token passes through (``blockspec.plugin.ActiveParameters``): the router, its top_k routed
+        experts and the shared ones; the other n_experts - top_k experts sit idle for it."""
+        routed = [self.up, self.down, self.up_bias, self.down_bias]  # each (E, ...): one slice per expert
+        per_expert = sum(p[0].numel() for p in routed if p is not None)
+        return sum(p.numel() for p in self.parameters()) - (self.n_experts - self.top_k) * per_expert
+
     def extra_repr(self) -> str:
         return f"n_experts={self.n_experts}, top_k={self.top_k}, renormalize={self.renormalize}, d_ff={self.d_ff}"
 
@@ -111,15 +123,15 @@ class MixtureOfExperts(nn.Module):
             out, counts = torch.zeros_like(flat), None
         else:
             out, counts = self._dispatch(flat, weights, index)
-        out = tap(self, "experts", out)
+        out = tap(self, "experts", out.view(shape))  # (B, N, d): a stage in the stream's terms, as every other
         if self.training and counts is not None and flat.shape[0]:
             share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
             self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
         else:
             self.aux_loss = None
         if self.shared is not None:
-            out = out + tap(self, "shared", self.shared(flat))
-        return out.view(shape)
+            out = out + tap(self, "shared", self.shared(x))  # (B, N, d): position-wise, so no flattening
+        return out
 
     def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert."""

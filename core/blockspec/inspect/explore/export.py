@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from blockspec.modules.transformer import Transformer
+from blockspec.inspect.layers import blocks_label
 from blockspec.inspect.trace import Stage, Trace
 from blockspec.inspect.plots import additive_signal, rotation_angles
 
@@ -67,7 +68,7 @@ def _model_info(model: Transformer, spec) -> dict[str, Any]:
     if spec:
         info.update(d_model=spec.d_model, n_layers=spec.n_layers, n_heads=spec.n_heads,
                     n_kv_heads=spec.kv_heads, d_ff=spec.d_ff, vocab_size=spec.vocab_size,
-                    context_length=spec.context_length, norm_placement=spec.norm_placement)
+                    context_length=spec.context_length, blocks=blocks_label(model))
     info["components"] = {path: f"{c.kind}:{c.name} ({c.distribution} {c.version})"
                           for path, c in model.provenance.items() if not path.startswith("blocks.")
                           or path.startswith("blocks.0.")}
