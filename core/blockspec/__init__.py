@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from blockspec.inspect import debug
     from blockspec.assembly.assemble import build
     from blockspec.checkpoint.directory import save
-    from blockspec.sources import Source, load, open_source
+    from blockspec.sources import Source, load, load_tokenizer, open_source
+    from blockspec.train.generate_text import Generation, generate
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
     from blockspec.modules.transformer import Transformer
@@ -52,6 +53,9 @@ _LAZY = {
     "load": "blockspec.sources",  # any source with weights: a checkpoint or a Hugging Face directory
     "open_source": "blockspec.sources",  # any path: its kind, locked spec, tokenizer, carried files, model
     "Source": "blockspec.sources",
+    "load_tokenizer": "blockspec.sources",  # the tokenizer that goes with a source (the one rule)
+    "generate": "blockspec.train.generate_text",  # a model or any source + a text or ids -> Generation
+    "Generation": "blockspec.train.generate_text",
     "save": "blockspec.checkpoint.directory",
     "count_parameters": "blockspec.assembly.counting",
     "estimate_parameters": "blockspec.assembly.counting",
@@ -74,6 +78,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'blockspec' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The public names, the lazy ones included, so a notebook's completion offers ``build`` and ``load``."""
+    return sorted(__all__)
+
+
 __all__ = [
     "API_VERSION",
     "BlockspecError",
@@ -83,6 +92,7 @@ __all__ = [
     "Component",
     "ComponentSpec",
     "ContextLengthError",
+    "Generation",
     "InputError",
     "KVCache",
     "ModelConfig",
@@ -107,11 +117,13 @@ __all__ = [
     "debug",
     "dump_spec",
     "estimate_parameters",
+    "generate",
     "hookimpl",
     "hookspec",
     "load",
     "load_registry",
     "load_spec",
+    "load_tokenizer",
     "loads_spec",
     "make_plugin_manager",
     "open_source",

@@ -149,6 +149,10 @@ class InputError(BlockspecError, ValueError):
     """A model was called with input it cannot take: token ids of the wrong shape."""
 
 
+class ArgumentTypeError(InputError, TypeError):
+    """A library call got an argument of a type it cannot take (also a ``TypeError``); names the type."""
+
+
 class TokenIdError(InputError, IndexError):
     """A token id lies outside the model's vocabulary (negative, or >= vocab_size)."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
+from pathlib import Path
 
 import attrs
 import torch
@@ -11,31 +13,51 @@ from torch import nn
 from blockspec.assembly.context import BuildContext
 from blockspec.assembly.deferred_init import DeferredInit
 from blockspec.assembly.initialisation import InitPlan, check_declarations, declare_init, init_plan
-from blockspec.errors import Problem, SpecError
+from blockspec.errors import ArgumentTypeError, Problem, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelSpec, estimate_parameters
 
-__all__ = ["INIT_STD", "build", "build_unfilled", "init_weights"]
+__all__ = ["INIT_STD", "build", "build_unfilled", "given_spec", "init_weights"]
 # Deferring init costs ~1 µs per torch call of the construction and saves the default init of
 # every weight; it pays from about 2·10^5 parameters (a 2-core CPU: d = 128, L = 2 gains 20%).
 DEFER_FROM_PARAMETERS = 200_000
 
 
 def build(
-    spec: ModelSpec,
+    spec: ModelSpec | str | os.PathLike[str],
     *,
     registry: Registry | None = None,
     seed: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
 ) -> Transformer:
-    """Assemble the model a spec describes; same seed, same weights.
+    """Assemble the model a spec describes (a ModelSpec, or the path of a spec file); same seed, same weights.
 
     In training mode, as PyTorch constructs every module (and as ``load`` returns one):
     call ``.eval()`` before inference if the spec has dropout.
     """
-    return _construct(spec, registry, seed, device, dtype, initialise=True)
+    return _construct(given_spec(spec, registry), registry, seed, device, dtype, initialise=True)
+
+
+def given_spec(spec: object, registry: Registry | None = None) -> ModelSpec:
+    """What ``build`` and ``count_parameters`` take: a ModelSpec, or the path of a spec file (read here).
+
+    A directory (a checkpoint's, a Hugging Face model's) is refused with where its spec or weights come
+    from; another type is an ``ArgumentTypeError`` naming it."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ArgumentTypeError(Problem(path="spec", expected="a ModelSpec or the path of a spec file (str or Path)",
+                                        found=type(spec).__name__))
+    if Path(spec).is_dir():
+        raise SpecError(Problem(file=str(spec), message="a directory", hint=(
+            "a spec file is what is read here; a checkpoint's or a Hugging Face directory's model with its weights "
+            "is blockspec.load(path), its spec blockspec.open_source(path).spec "
+            "(blockspec.sources.load_spec_or_checkpoint(path))")))
+    from blockspec.registry.specs import load_spec
+
+    return load_spec(spec, registry)
 
 
 def build_unfilled(

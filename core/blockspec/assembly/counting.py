@@ -8,15 +8,11 @@ mixture of experts: top_k of n_experts) says so itself with ``active_parameters(
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from attrs import frozen
 
 from blockspec.assembly.active import ActiveParameters
-from blockspec.errors import SpecError
-from blockspec.registry.specs import load_spec
-
 from blockspec.registry.components import Registry
 from blockspec.spec.schema import ModelSpec, estimate_parameters
 
@@ -65,16 +61,6 @@ def count_parameters(spec: ModelSpec | str | os.PathLike[str], registry: Registr
     ``spec``: a ModelSpec or the path of a spec file. (The spec of a checkpoint or a Hugging Face
     directory: ``blockspec.sources.load_spec_or_checkpoint(path)``.)
     """
-    from blockspec.assembly.assemble import build  # torch loads here, not when the CLI starts
+    from blockspec.assembly.assemble import build, given_spec  # torch loads here, not when the CLI starts
 
-    if isinstance(spec, (str, os.PathLike)):
-        if Path(spec).is_dir():
-            raise SpecError(f"{spec}: a directory; count_parameters reads a spec file or takes a ModelSpec "
-                            "(a checkpoint's or Hugging Face directory's: "
-                            "blockspec.sources.load_spec_or_checkpoint(path))")
-        spec = load_spec(spec, registry)
-    elif not isinstance(spec, ModelSpec):
-        raise TypeError(f"count_parameters: expected a ModelSpec or the path of a spec file (str or Path), "
-                        f"found {type(spec).__name__}")
-
-    return count_model(build(spec, registry=registry, device="meta"))
+    return count_model(build(given_spec(spec, registry), registry=registry, device="meta"))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from attrs import evolve
+
 from blockspec.assembly.counting import count_parameters
-from blockspec.errors import BlockspecError, Problem, SpecError
+from blockspec.errors import BlockspecError, Problem
 from blockspec.sources import open_source
 from blockspec.cli.common import add_json_argument, emit_json, print_error, registry_with_warnings
 
@@ -25,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             spec = open_source(path, registry).spec
             count = count_parameters(spec, registry)
         except BlockspecError as error:  # a spec's problems, or a checkpoint's (a lock naming a missing plugin)
-            problems = error.problems if isinstance(error, SpecError) else (Problem(file=str(path), message=str(error)),)
+            problems = [_located(problem, path) for problem in error.problems]
             for problem in problems:  # stderr either way: --json keeps stdout for the report
                 print_error(problem)
             reports.append({"file": str(path), "ok": False, "name": None, "parameters": None,
@@ -38,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(reports)
     return 0 if all(r["ok"] for r in reports) else 2
+
+
+def _located(problem: Problem, path: str) -> Problem:
+    """The problem with its file: the one it names, else ``path`` where its text does not name it already."""
+    if problem.file is not None or path in problem.message:
+        return problem
+    return evolve(problem, file=path)
 
 
 def _problem_json(problem: Problem) -> dict:

@@ -31,16 +31,18 @@ def _export(args: argparse.Namespace) -> int:
     from blockspec.interop import export_hf
     from blockspec.interop.hf_layout import CONFIG, SAFETENSORS
     from blockspec.sources import open_source
+    from blockspec.sources.hf_export_files import export_files
 
     source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
     model = source.model()
+    files = export_files(source, model.carried)  # what the model carries, and the checkpoint's tokenizer
     with flag_names(FLAGS):
-        export_hf(model, args.out, overwrite=args.force)  # with the files the model carries, as the library does
-    carried = sorted(name for name in model.carried if name != CONFIG)
+        export_hf(model, args.out, extra_files=files, overwrite=args.force)
+    written = sorted(name for name in files if name != CONFIG)
     if args.json:
         emit_json({"checkpoint": str(args.checkpoint), "directory": str(args.out),
-                   "files": [CONFIG, SAFETENSORS, *carried], "carried": carried})
+                   "files": sorted([CONFIG, SAFETENSORS, *written]), "carried": written})
         return 0
-    kept = ", ".join(carried) or "none"
+    kept = ", ".join(written) or "none"
     print(f"exported {args.checkpoint} -> {args.out}  ({CONFIG}, {SAFETENSORS}; carried files: {kept})")
     return 0

@@ -19,10 +19,13 @@ from blockspec.checkpoint.contained import CARRIED_LIMIT, contained_file, read_c
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
 TOKENIZER = "tokenizer.json"  # the tokenizers library's file: what blockspec reads as the model's tokenizer
-CARRIED = (  # small files a model read from here keeps (``model.carried``), so save and export write them back
-    CONFIG, "generation_config.json", TOKENIZER, "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json", "merges.txt",
+TOKENIZER_CONFIG = "tokenizer_config.json"  # transformers' settings for it (which class AutoTokenizer makes)
+TOKENIZER_FILES = (  # the files that describe a tokenizer: one tokenizer's, never mixed with another's
+    TOKENIZER, TOKENIZER_CONFIG, "special_tokens_map.json", "added_tokens.json", "tokenizer.model", "vocab.json",
+    "merges.txt",
 )
+# small files a model read from here keeps (``model.carried``), so save and export write them back
+CARRIED = (CONFIG, "generation_config.json", *TOKENIZER_FILES)
 CACHE_SNAPSHOTS, CACHE_BLOBS = "snapshots", "blobs"  # huggingface_hub's cache: <repo>/snapshots/<rev>, <repo>/blobs
 # what ``export-hf --force`` may replace: a directory holding what an export writes and nothing else
 EXPORT = directory_kind("a Hugging Face export", markers=(CONFIG, SAFETENSORS), entries=(SAFETENSORS, *CARRIED))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
-from blockspec.errors import InputError, TokenIdError
+from blockspec.errors import InputError, Problem, TokenIdError
 from blockspec.modules.dropout import dropped
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.modules.taps import tap, tapping
@@ -80,7 +80,8 @@ class Transformer(nn.Module):
         needs, and for a long prompt the head is a large share of the work. Only for heads
         that work position by position (those that promise "lm").
 
-        ``ids`` must be 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
+        ``ids`` must be an integer tensor (torch.long or torch.int32; float ids are an ``InputError``
+        naming the dtype) and 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
         as in nanoGPT (no silent reshaping: the output's shape always follows the input's).
         An id outside 0..|V|-1 is a ``TokenIdError`` (also an ``IndexError``) naming it (``_embed``).
         """
@@ -111,6 +112,13 @@ class Transformer(nn.Module):
 
     @staticmethod
     def _check_shape(ids: torch.Tensor) -> None:
+        """A tensor of integer ids (what the embedding takes) shaped (B, N): an InputError naming what came."""
+        if not isinstance(ids, torch.Tensor):
+            raise InputError(Problem(path="ids", expected="a tensor of token ids (B, N)", found=type(ids).__name__,
+                                     hint="torch.tensor(ids)"))
+        if ids.dtype not in (torch.long, torch.int32):
+            raise InputError(Problem(path="ids", expected="integer token ids (torch.long or torch.int32)",
+                                     found=str(ids.dtype), hint="ids.long(), if they hold whole numbers"))
         if ids.dim() != 2:
             hint = "; add a batch dimension: ids[None]" if ids.dim() == 1 else ""
             raise InputError(f"expected token ids of shape (B, N), found {tuple(ids.shape)}{hint}")

@@ -11,17 +11,20 @@ Importing this package loads no torch; a model, or a checkpoint's verified file,
 from __future__ import annotations
 
 from blockspec.sources.kind import CHECKPOINT_KINDS, SourceKind, is_checkpoint, source_kind
-from blockspec.sources.source import Source, load, load_model, load_spec_or_checkpoint, open_source
+from blockspec.sources.source import (Source, given_path, load, load_model, load_spec_or_checkpoint, load_tokenizer,
+                                      open_source)
 from blockspec.sources.tokenizers import stand_in_tokenizer, text_tokenizer, tokenizer_at, tokenizer_of
 
 __all__ = [
     "CHECKPOINT_KINDS",
     "Source",
     "SourceKind",
+    "given_path",
     "is_checkpoint",
     "load",
     "load_model",
     "load_spec_or_checkpoint",
+    "load_tokenizer",
     "open_source",
     "source_kind",
     "stand_in_tokenizer",

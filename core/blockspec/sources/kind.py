@@ -11,7 +11,7 @@ from typing import Literal
 
 from blockspec.checkpoint.layout import MANIFEST_FILE, TRAINING_FILE, is_checkpoint
 from blockspec.checkpoint.manifest import read_manifest
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.interop.hf_layout import CONFIG, is_hf_directory
 
 SourceKind = Literal["spec", "checkpoint", "training-checkpoint", "hf"]
@@ -29,5 +29,5 @@ def source_kind(path: str | Path) -> SourceKind:
         return "training-checkpoint" if TRAINING_FILE in read_manifest(path).files else "checkpoint"
     if is_hf_directory(path):
         return "hf"
-    raise CheckpointError(f"{path}: a directory, but neither a blockspec checkpoint ({MANIFEST_FILE}) "
-                          f"nor a Hugging Face model ({CONFIG})")
+    raise CheckpointError(Problem(file=str(path), message=f"a directory, but neither a blockspec checkpoint "
+                                                          f"({MANIFEST_FILE}) nor a Hugging Face model ({CONFIG})"))

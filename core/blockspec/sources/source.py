@@ -13,14 +13,15 @@ verified file) is needed.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
 from blockspec.checkpoint.layout import TRAINING_FILE
-from blockspec.data.tokenizer import CharTokenizer, HFTokenizer
-from blockspec.errors import CheckpointError
+from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
+from blockspec.errors import CheckpointError, InputError, Problem
 from blockspec.registry.components import Registry
 from blockspec.registry.specs import structure_spec
 from blockspec.sources.kind import CHECKPOINT_KINDS, SourceKind, source_kind
@@ -110,18 +111,28 @@ def open_source(path: str | Path, registry: Registry | None = None, *, with_weig
 
     ``with_weights``: only a source that holds weights will do (a spec file, or nothing at ``path``, is refused
     before anything is read)."""
+    path = given_path(path)
     registry = registry if registry is not None else _default_registry()
     kind = source_kind(path)
     if with_weights and kind == "spec":
-        _refuse_weightless(Path(path))
-    return Source(path=Path(path), kind=kind, spec=_spec(Path(path), kind, registry), registry=registry)
+        _refuse_weightless(path)
+    return Source(path=path, kind=kind, spec=_spec(path, kind, registry), registry=registry)
+
+
+def given_path(path: object, parameter: str = "path") -> Path:
+    """``path`` as a Path; anything but a str or a path-like is an InputError naming its type."""
+    if isinstance(path, (str, os.PathLike)):
+        return Path(path)
+    raise InputError(Problem(path=parameter, expected="a path (str or Path)", found=type(path).__name__))
 
 
 def _refuse_weightless(path: Path) -> None:
     if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint directory (nor a Hugging Face directory)")
-    raise CheckpointError(f"{path}: a spec file holds no weights; give a checkpoint or a Hugging Face directory "
-                          "(build a model from a spec with blockspec.build(blockspec.load_spec(path), seed=0))")
+        raise CheckpointError(Problem(file=str(path), message="no such checkpoint directory (nor a Hugging Face "
+                                                              "directory)"))
+    raise CheckpointError(Problem(file=str(path), message="a spec file holds no weights; give a checkpoint or a "
+                                  "Hugging Face directory (build a model from a spec with blockspec.build(path, "
+                                  "seed=0))"))
 
 
 def _spec(path: Path, kind: SourceKind, registry: Registry) -> ModelSpec:
@@ -177,3 +188,16 @@ def load(path: str | Path, *, registry: Registry | None = None, dtype: torch.dty
     """
     source = open_source(path, registry, with_weights=True)
     return source.model(dtype=dtype, device=device, allow_pickle=allow_pickle)
+
+
+def load_tokenizer(path: str | Path, registry: Registry | None = None) -> CharTokenizer | HFTokenizer:
+    """``blockspec.load_tokenizer``: the tokenizer that goes with a model source (``Source.tokenizer``, the one
+    rule); a source that carries none is a TokenizerError naming it."""
+    source = open_source(path, registry)
+    tokenizer = source.tokenizer()
+    if tokenizer is None:
+        what = "a spec file" if source.kind == "spec" else "this model source"
+        raise TokenizerError(Problem(file=str(source.path), message=f"{what} carries no tokenizer",
+                                     hint="a checkpoint of blockspec train, or a Hugging Face directory with "
+                                          "tokenizer.json, carries one"))
+    return tokenizer

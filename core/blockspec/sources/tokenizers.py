@@ -17,6 +17,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from attrs import frozen
+
 from blockspec.checkpoint.layout import CARRIED_PREFIX, TOKENIZER_FILE, is_checkpoint
 from blockspec.checkpoint.manifest import read_manifest
 from blockspec.data.tokenizer import (CHAR, CharTokenizer, HFTokenizer, Tokenizer, TokenizerError,
@@ -27,16 +29,40 @@ from blockspec.sources.kind import CHECKPOINT_KINDS, SourceKind, source_kind
 
 CARRIED_TOKENIZER = CARRIED_PREFIX + TOKENIZER
 
-__all__ = ["stand_in_tokenizer", "text_tokenizer", "tokenizer_at", "tokenizer_of"]
+__all__ = ["TokenizerFile", "stand_in_tokenizer", "text_tokenizer", "tokenizer_at", "tokenizer_file_of",
+           "tokenizer_of"]
+
+
+@frozen
+class TokenizerFile:
+    """The file the rule picks, unparsed: its bytes, where they came from, and whether they are a checkpoint's
+    own (characters or a BPE) or a Hugging Face ``tokenizer.json``."""
+
+    data: bytes
+    source: str
+    own: bool
+
+    def tokenizer(self) -> CharTokenizer | HFTokenizer:
+        """The tokenizer it holds; one that cannot be read is the source's fault: a CheckpointError."""
+        if self.own:
+            return _read(lambda: tokenizer_from_bytes(self.data, source=self.source))
+        return _read(lambda: HFTokenizer(self.data, source=self.source))
 
 
 def tokenizer_of(path: str | Path, kind: SourceKind | None = None) -> CharTokenizer | HFTokenizer | None:
     """The tokenizer that goes with the model source at ``path`` (the rule above), or None."""
+    found = tokenizer_file_of(path, kind)
+    return None if found is None else found.tokenizer()
+
+
+def tokenizer_file_of(path: str | Path, kind: SourceKind | None = None) -> TokenizerFile | None:
+    """The file of the tokenizer that goes with the source at ``path`` (the rule above), read but not parsed
+    (a checkpoint's verified against its manifest), or None."""
     kind = kind or source_kind(path)
     if kind in CHECKPOINT_KINDS:
         return _checkpoint_tokenizer(Path(path))
     if kind == "hf" and os.path.lexists(Path(path) / TOKENIZER):  # read inside the directory, bounded
-        return _read(lambda: HFTokenizer(read_hf_file(path, TOKENIZER), source=str(Path(path) / TOKENIZER)))
+        return TokenizerFile(read_hf_file(path, TOKENIZER), str(Path(path) / TOKENIZER), own=False)
     return None
 
 
@@ -75,15 +101,13 @@ def _what_is_at(path: Path) -> str:
     return "does not exist" if not os.path.lexists(path) else "is a link to nothing"
 
 
-def _checkpoint_tokenizer(path: Path) -> CharTokenizer | HFTokenizer | None:
+def _checkpoint_tokenizer(path: Path) -> TokenizerFile | None:
     from blockspec.checkpoint.directory import read_extra_file  # verified against the manifest; needs torch
 
     files = read_manifest(path).files
-    if TOKENIZER_FILE in files:
-        return _read(lambda: tokenizer_from_bytes(read_extra_file(path, TOKENIZER_FILE),
-                                                  source=f"{path}/{TOKENIZER_FILE}"))
-    if CARRIED_TOKENIZER in files:
-        return _read(lambda: HFTokenizer(read_extra_file(path, CARRIED_TOKENIZER), source=f"{path}/{CARRIED_TOKENIZER}"))
+    for name, own in ((TOKENIZER_FILE, True), (CARRIED_TOKENIZER, False)):
+        if name in files:
+            return TokenizerFile(read_extra_file(path, name), f"{path}/{name}", own=own)
     return None
 
 
