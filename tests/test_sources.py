@@ -74,7 +74,8 @@ def test_a_lock_naming_a_missing_component_fails_check_in_one_line(capsys, sourc
     assert code == 2
     reports = json.loads(out)
     assert [r["ok"] for r in reports] == [False, True]
-    assert "blockspec-nowhere" in reports[0]["problems"][0]["message"]
+    problem = reports[0]["problems"][0]
+    assert "blockspec-nowhere" in f"{problem['message']} {problem['hint']}"  # the hint names what to install
     assert err.startswith("blockspec: error: ") and "Traceback" not in err
 
 
