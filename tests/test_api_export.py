@@ -108,3 +108,12 @@ def test_check_of_a_missing_file_names_it_once(tmp_path, capsys):
     assert main(["check", str(tmp_path / "nothing.toml")]) == 2
     err = capsys.readouterr().err
     assert err.count("nothing.toml") == 1 and "No such file or directory" in err, err
+
+
+def test_a_bpe_export_names_its_end_of_text_token_for_transformers(trained):
+    """``tokenizer train``'s default ``<|endoftext|>`` keeps its role through the export: generation stops on it."""
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoTokenizer.from_pretrained(str(trained / "bpe-hf"))
+    ours = blockspec.load_tokenizer(trained / "training")
+    assert theirs.eos_token == "<|endoftext|>"
+    assert theirs.eos_token_id == ours.special_tokens["<|endoftext|>"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, tokenizer_bytes
+from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, tokenizer_bytes, transformers_config
 from blockspec.interop.hf_layout import TOKENIZER, TOKENIZER_CONFIG, TOKENIZER_FILES
 from blockspec.sources.source import Source
 from blockspec.sources.tokenizers import tokenizer_file_of
@@ -39,9 +39,10 @@ def export_files(source: Source, carried: Mapping[str, bytes]) -> dict[str, byte
     found = tokenizer_file_of(source.path, source.kind)
     if found is None or carried.get(TOKENIZER) == found.data:
         return dict(carried)  # none, or the one it came with: written back as it came, with its settings
-    data = hf_tokenizer_json(found.tokenizer())
+    tokenizer = found.tokenizer()
     kept = {name: file for name, file in carried.items() if name not in TOKENIZER_FILES}
-    return {**kept, TOKENIZER: data, TOKENIZER_CONFIG: _tokenizer_config(source.spec.model.context_length)}
+    config = _tokenizer_config(tokenizer, source.spec.model.context_length)
+    return {**kept, TOKENIZER: hf_tokenizer_json(tokenizer), TOKENIZER_CONFIG: config}
 
 
 def hf_tokenizer_json(tokenizer: CharTokenizer | HFTokenizer) -> bytes:
@@ -59,7 +60,9 @@ def hf_tokenizer_json(tokenizer: CharTokenizer | HFTokenizer) -> bytes:
     return (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
-def _tokenizer_config(context_length: int) -> bytes:
-    config = {"tokenizer_class": FAST_TOKENIZER, "model_max_length": context_length,
+def _tokenizer_config(tokenizer: CharTokenizer | HFTokenizer, context_length: int) -> bytes:
+    """The class, the special tokens' roles (``eos_token``: the one rule ``tokenizer train`` writes them by)."""
+    roles = transformers_config(tokenizer) if isinstance(tokenizer, HFTokenizer) else {}
+    config = {**roles, "tokenizer_class": FAST_TOKENIZER, "model_max_length": context_length,
               "clean_up_tokenization_spaces": False}  # decode gives the text back, spaces before punctuation too
     return (json.dumps(config, indent=2, sort_keys=True) + "\n").encode("utf-8")
