@@ -23,14 +23,23 @@ def _top_k_within_experts(instance, attribute, value) -> None:
 
 @frozen(kw_only=True)
 class MoEConfig:
-    """A sparse mixture of experts: each token goes to its top_k of n_experts FFNs (plus shared experts)."""
+    """A sparse mixture of experts: each token goes to its top_k of n_experts FFNs (plus shared experts).
+
+    n_experts: how many routed experts, each the dense FFN's shape with the spec's [activation].
+    top_k: how many experts each token goes to, weighted by the top-k softmax probabilities.
+    renormalize: the top-k weights sum to 1 (Mixtral: true; Qwen2-MoE's norm_topk_prob = false).
+    n_shared_experts: always-applied experts beside the routed ones.
+    shared_gate: sigmoid(gate(x)) scales the shared experts' output (Qwen2-MoE).
+    expert_d_ff: each expert's hidden width; none: the spec's d_ff.
+    aux_loss_coef: training adds this times the load-balancing loss.
+    """
 
     n_experts: int = field(default=4, validator=positive)
     top_k: int = field(default=2, validator=_top_k_within_experts)
-    renormalize: bool = True  # Mixtral: true; Qwen2-MoE's norm_topk_prob = false
+    renormalize: bool = True
     n_shared_experts: int = field(default=0, validator=at_least(0))
-    shared_gate: bool = False  # Qwen2-MoE: sigmoid(gate(x)) scales the shared experts' output
-    expert_d_ff: int | None = field(default=None, validator=positive)  # None: the spec's d_ff
+    shared_gate: bool = False
+    expert_d_ff: int | None = field(default=None, validator=positive)
     aux_loss_coef: float = field(default=0.01, validator=at_least(0.0))
 
 
