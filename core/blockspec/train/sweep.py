@@ -216,7 +216,8 @@ def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequ
 
 
 def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
-              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True) -> RunResult:
+              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True,
+              threads: int | None = None) -> RunResult:
     """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record.
 
     A run that diverges is recorded beside its checkpoint (which keeps its last good step) and not
@@ -231,7 +232,7 @@ def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, setti
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
-              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check)
+              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check, threads=threads)
     trainer = start(run, registry=registry, world=world)
     try:
         outcome = execute(run, trainer)
@@ -274,7 +275,8 @@ def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
               seeds: Sequence[int] = (0,), settings: Mapping[str, Any] | None = None, force: bool = False,
               checkpoint_every: int = 0, device: str | torch.device = "cpu", registry: Registry | None = None,
-              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True) -> SweepResult:
+              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True,
+              threads: int | None = None) -> SweepResult:
     """Train every combination of ``vary`` (dotted spec key -> value texts) for every seed, under ``out``.
 
     Everything is checked first (keys, values, each variant built on the meta device and, unless not
@@ -313,7 +315,7 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
             try:
                 result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
                                    registry=registry, world=world, checkpoint_every=checkpoint_every,
-                                   memory_check=memory_check)
+                                   memory_check=memory_check, threads=threads)
             except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
                 raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
                                   "rerun the same sweep command to resume it", saved=stopped.saved) from None
