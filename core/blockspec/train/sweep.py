@@ -160,13 +160,38 @@ def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: 
         check_key(key, document, source=source)
         if not texts:
             raise SweepError(f"--vary {key}: expected one or more values after '=', found none")
+        check_distinct(key, texts)
     keys = list(vary)
-    variants = []
+    variants: list[Variant] = []
+    specs: dict[str, Variant] = {}  # each variant's spec, as canonical JSON
     for combination in itertools.product(*(list(map(parse_value, vary[k])) for k in keys)):
         values = dict(zip(keys, combination))
         spec = variant_spec(document, values, registry, source=source)
-        variants.append(Variant(values, spec, _parameters(spec, registry)))
+        variants.append(_distinct(Variant(values, spec, _parameters(spec, registry)), specs))
     return variants
+
+
+def check_distinct(key: str, texts: Sequence[str]) -> None:
+    """Refuse a value given twice (``learned,learned``, ``16,0x10``): it would train the same runs twice."""
+    seen: dict[str, str] = {}
+    for text in texts:
+        value = parse_value(text)
+        identity = json.dumps(value)  # 1, 1.0 and true are three values; 16 and 0x10 one
+        if identity in seen:
+            given = "" if seen[identity] == text else f" (as {seen[identity]!r} and {text!r})"
+            raise SweepError(Problem(path="vary", message=f"{key}: {value!r} is given twice{given}",
+                                     hint="give each value once: each is already one run per seed"))
+        seen[identity] = text
+
+
+def _distinct(variant: Variant, specs: dict[str, Variant]) -> Variant:
+    """``variant``, unless an earlier one has its very spec (``model.dropout=0,0.0``): that run would train twice.
+    ``specs`` holds the earlier variants by their spec's canonical JSON, and gains this one."""
+    twin = specs.setdefault(json.dumps(spec_to_dict(variant.spec), sort_keys=True), variant)
+    if twin is not variant:
+        raise SweepError(Problem(path="vary", message=f"{twin.label} and {variant.label} give the same spec",
+                                 hint="vary values that differ: each variant would be the same run"))
+    return variant
 
 
 def _parameters(spec: ModelSpec, registry: Registry) -> int:
