@@ -32,7 +32,8 @@ def add_parser(subparsers) -> None:
     add_training_arguments(parser)  # each run trains as `blockspec train` would
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    parser.add_argument("--force", action="store_true", help="replace a sweep folder that holds a different sweep")
+    parser.add_argument("--force", action="store_true", help="retrain the runs whose base (spec, data, settings) or "
+                        "steps changed; the folder's other runs and files stay")
     add_json_argument(parser, "a JSON summary at the end instead of a line per run")
     parser.set_defaults(run=run)
 
@@ -116,5 +117,7 @@ class _Report:
         else:
             last = result.history.evals[-1]
             done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
+            if result.continued_from:
+                done += f", continued from step {result.continued_from}"
             self.progress.write(f"{name}: train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
         self.progress.advance()
