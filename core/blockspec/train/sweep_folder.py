@@ -215,7 +215,7 @@ def _planned_steps(directory: Path) -> int:
     return int(json.loads(read_extra_file(directory, TRAINING_FILE))["config"]["steps"])
 
 
-NAMES = {"steps": "steps", "force": "force", "min_lr": "min_lr"}
+NAMES = {"steps": "steps", "force": "force=True", "min_lr": "min_lr"}  # the library's spelling; the CLI says flags
 
 
 def _refuse_changed_base(folder: Path, changes: list[str]) -> None:
