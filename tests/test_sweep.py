@@ -130,15 +130,15 @@ def test_a_bad_vary_is_refused_in_one_line_before_training(inputs, tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-def test_a_folder_with_a_different_plan_is_refused_unless_force(inputs, tmp_path, capsys):
+def test_a_folder_with_a_different_base_is_refused_unless_force(inputs, tmp_path, capsys):
     spec, data = inputs
     out = tmp_path / "out"
     assert sweep(spec, data, out, seeds="0") == 0
     capsys.readouterr()
-    assert sweep(spec, data, out, seeds="0,1") == 2
+    assert sweep(spec, data, out, "--lr", "1e-2", seeds="0") == 2
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "holds a different sweep (seeds differ)" in err and "--force" in err
-    assert sweep(spec, data, out, "--force", seeds="0,1") == 0
+    assert len(err.splitlines()) == 1 and "holds a sweep of another base (--lr differ)" in err and "--force" in err
+    assert sweep(spec, data, out, "--force", "--lr", "1e-2", seeds="0,1") == 0
     assert len(list((out / "runs").iterdir())) == 4
 
 

@@ -7,16 +7,16 @@ import re
 from typing import TYPE_CHECKING
 
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
-                                  add_memory_check_argument, batch_count, emit_json, flag_names,
-                                  memory_limit, non_negative_float, non_negative_int, positive_float, positive_int,
+                                  add_memory_check_argument, emit_json, flag_names, memory_limit,
                                   registry_with_warnings, resolve_device, seed_int)
+from blockspec.cli.training_flags import FLAGS as TRAINING_FLAGS
+from blockspec.cli.training_flags import add_training_arguments, training_settings
 
 if TYPE_CHECKING:
     from blockspec.train.progress import Progress
 
-SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "eval_every", "eval_batches", "warmup", "min_lr")
-FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS}, "seeds": "--seeds",
-         "batch_size": "--batch-size", "overwrite": "--force", "lr": "--lr", "vary": "--vary", **MEMORY_FLAGS}
+FLAGS = {**TRAINING_FLAGS, "seeds": "--seeds", "overwrite": "--force", "force": "--force", "vary": "--vary",
+         **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -29,20 +29,11 @@ def add_parser(subparsers) -> None:
                              "repeat for more keys (every combination is trained)")
     parser.add_argument("--seeds", default="0", metavar="S1,S2", help="seeds to train each variant with (default 0)")
     parser.add_argument("--out", required=True, metavar="DIR", help="sweep folder: sweep.json, runs/, results.*")
-    parser.add_argument("--steps", type=non_negative_int, metavar="N", help="steps per run (default 600)")
-    parser.add_argument("--batch-size", type=batch_count, metavar="B", help="windows per step (default 32)")
-    parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
-    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD", help="AdamW weight decay (default 0)")
-    parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS", help="linear warm-up steps (default 0)")
-    parser.add_argument("--min-lr", type=non_negative_float, metavar="LR", help="cosine floor (default: --lr)")
-    parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
-                        help="validate every K steps; 0: at the end (default 100)")
-    parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
-    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
-                        help="also checkpoint each run every K steps, so an interrupted run continues (default 0)")
+    add_training_arguments(parser)  # each run trains as `blockspec train` would
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    parser.add_argument("--force", action="store_true", help="replace a sweep folder that holds a different sweep")
+    parser.add_argument("--force", action="store_true", help="retrain the runs whose base (spec, data, settings) or "
+                        "steps changed; the folder's other runs and files stay")
     add_json_argument(parser, "a JSON summary at the end instead of a line per run")
     parser.set_defaults(run=run)
 
@@ -84,12 +75,13 @@ def run(args: argparse.Namespace) -> int:
 
     vary, seeds = parse_vary(args.vary), parse_seeds(args.seeds)
     device = resolve_device(args.device)
-    settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    settings = training_settings(args)
     report = _Report()
     with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"), report:
         result = run_sweep(args.spec, args.data, vary, args.out, seeds=seeds, settings=settings, force=args.force,
                            checkpoint_every=args.checkpoint_every, device=device, memory_check=not args.no_memory_check,
-                           registry=registry_with_warnings(), report=None if args.json else report)
+                           threads=args.threads, registry=registry_with_warnings(),
+                           report=None if args.json else report)
     if args.json:
         emit_json({"out": args.out, "runs": len(result.runs), "skipped": sum(r.skipped for r in result.runs),
                    "diverged": sum(r.diverged is not None for r in result.runs),
@@ -125,5 +117,7 @@ class _Report:
         else:
             last = result.history.evals[-1]
             done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
+            if result.continued_from:
+                done += f", continued from step {result.continued_from}"
             self.progress.write(f"{name}: train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
         self.progress.advance()

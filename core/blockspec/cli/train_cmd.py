@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -11,19 +10,15 @@ from blockspec.checkpoint.layout import CHECKPOINT
 from blockspec.outputs.targets import check_writable_target, same_path
 from blockspec.train.plot import PLOT_IMAGE
 from blockspec.cli.common import (MEMORY_FLAGS, add_device_argument, add_json_argument, add_memory_check_argument,
-                                  add_plot_argument, batch_count, seed_int,
-                                  check_plot_file, emit_json, flag_names, non_negative_float, non_negative_int,
-                                  memory_limit, positive_float, positive_int, registry_with_warnings,
-                                  resolve_device, thread_count)
+                                  add_plot_argument, check_plot_file, emit_json, flag_names, memory_limit,
+                                  registry_with_warnings, resolve_device, seed_int)
+from blockspec.cli.training_flags import FLAGS as TRAINING_FLAGS
+from blockspec.cli.training_flags import SETTINGS as TRAINING_SETTINGS
+from blockspec.cli.training_flags import add_training_arguments, training_settings
 
-PRECISIONS = ("fp32", "bf16-mixed")  # as blockspec.train.loop.PRECISIONS, without importing torch here
-SMALL_MODEL = 5_000_000  # parameters: below this, one intra-op thread is fastest on CPU
-SETTINGS = ("steps", "batch_size", "lr", "weight_decay", "seed", "eval_every", "eval_batches", "warmup", "min_lr",
-            "grad_accum", "precision", "compile")
-# the library names settings and parameters; this command's user knows them as flags
-FLAGS = {**{f"$.{name}": f"--{name.replace('_', '-')}" for name in SETTINGS},
-         "batch_size": "--batch-size", "grad_accum": "--grad-accum", "lr": "--lr", "overwrite": "--force", "fsdp": "--fsdp",
-         "ddp": "DDP (no --fsdp)", **MEMORY_FLAGS}
+SETTINGS = (*TRAINING_SETTINGS, "seed")
+FLAGS = {**TRAINING_FLAGS, "$.seed": "--seed", "overwrite": "--force", "fsdp": "--fsdp", "ddp": "DDP (no --fsdp)",
+         **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -33,39 +28,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--data", required=True, metavar="FILE|DIR",
                         help="UTF-8 text (characters; first 90%% train, last 10%% validation), or a directory "
                              "written by blockspec data prepare (its tokens and tokenizer)")
-    parser.add_argument("--steps", type=non_negative_int, metavar="N",
-                        help="train up to step N in total (default 600)")
-    parser.add_argument("--batch-size", type=batch_count, metavar="B",
-                        help="windows per step over all processes (default 32)")
-    parser.add_argument("--lr", type=positive_float, metavar="LR", help="AdamW learning rate (default 3e-3)")
-    parser.add_argument("--weight-decay", type=non_negative_float, metavar="WD",
-                        help="AdamW weight decay of the weight matrices; never norms, biases or embeddings (default 0)")
-    parser.add_argument("--warmup", type=non_negative_int, metavar="STEPS",
-                        help="linear learning-rate warm-up over the first STEPS steps (default 0)")
-    parser.add_argument("--min-lr", type=non_negative_float, metavar="LR", help="after warm-up, cosine decay of "
-                        "the learning rate down to LR at the last step (default: --lr, a constant rate)")
-    parser.add_argument("--grad-accum", type=positive_int, metavar="K", help="split each step's batch into K "
-                        "micro-batches and accumulate their gradients: less memory, same step (default 1)")
-    parser.add_argument("--precision", choices=PRECISIONS, help="bf16-mixed: autocast to bfloat16 (float16 with "
-                        "loss scaling on a GPU without bfloat16); weights stay float32 (default fp32)")
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the model (the first steps pay for compiling; default: no)")
+    add_training_arguments(parser)
     parser.add_argument("--seed", type=seed_int, metavar="S", help="seed for weights and batches (default 0)")
-    parser.add_argument("--eval-every", type=non_negative_int, metavar="K",
-                        help="validate every K steps; 0: at the end (default 100)")
-    parser.add_argument("--eval-batches", type=positive_int, metavar="N", help="batches per validation (default 20)")
     parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end "
                         "(default with --resume: the resumed checkpoint)")
-    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
-                        help="also checkpoint every K steps (default 0: only at the end)")
     parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
     add_plot_argument(parser, "write the training and validation loss curves to FILE")
     add_device_argument(parser)
     add_memory_check_argument(parser)
     parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
-    parser.add_argument("--threads", type=thread_count, metavar="N", help="CPU threads per process (default: 1 for "
-                        "models under 5M parameters, else torch's default)")
     add_json_argument(parser, "a JSON summary at the end, and no progress bar or evaluation lines")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")
     parser.set_defaults(run=run)
@@ -113,13 +85,11 @@ def _train(args: argparse.Namespace, world) -> int:
     from blockspec.train.interrupt import Interrupted
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
-    settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name) is not None}
-    run = training.plan(args.spec, args.data, settings, registry=registry, resume=args.resume, out=args.out,
-                        checkpoint_every=args.checkpoint_every, replace_out=args.replace_out,
-                        strategy="fsdp" if args.fsdp else "ddp", measure_peak=True,
-                        memory_check=not args.no_memory_check)
+    run = training.plan(args.spec, args.data, training_settings(args, SETTINGS), registry=registry,
+                        resume=args.resume, out=args.out, checkpoint_every=args.checkpoint_every,
+                        replace_out=args.replace_out, strategy="fsdp" if args.fsdp else "ddp", measure_peak=True,
+                        memory_check=not args.no_memory_check, threads=args.threads)
     trainer = training.start(run, registry=registry, world=world)
-    _set_threads(args.threads, trainer.raw, world)
     bar = _Bar(trainer, talk=world.is_main and not (args.json or args.quiet))
     with bar.progress:
         try:
@@ -139,18 +109,6 @@ def _quiet_registry():
     from blockspec.registry.loading import load_registry
 
     return load_registry()
-
-
-def _set_threads(threads: int | None, model, world) -> None:
-    """Tiny models spend their time in thread hand-offs: one thread each is fastest, and shares the CPU well."""
-    import torch
-
-    if world.device.type != "cpu" or (threads is None and "OMP_NUM_THREADS" in os.environ):
-        return
-    if threads is None:
-        parameters = sum(p.numel() for p in model.parameters())
-        threads = 1 if parameters < SMALL_MODEL else torch.get_num_threads()
-    torch.set_num_threads(max(threads, 1))
 
 
 class _Bar:

@@ -22,7 +22,7 @@ from attrs import field, frozen
 
 from blockspec.assembly.assemble import build
 from blockspec.assembly.memory import check_fits, training_estimate
-from blockspec.errors import CheckpointError
+from blockspec.errors import CheckpointError, Problem
 from blockspec.checkpoint.layout import carried_entries
 from blockspec.outputs.lock import folder_lock
 from blockspec.registry.components import Registry
@@ -36,8 +36,10 @@ from blockspec.train.checkpointing import Checkpoint, load_checkpoint, save_chec
 from blockspec.train.distributed import Strategy, World
 from blockspec.train.finite import DivergedError
 from blockspec.train.interrupt import Interrupted, deferred_interrupt
-from blockspec.train.loop import Evaluation, History, Trainer, TrainConfig, check_lm_head, make_config
+from blockspec.train.loop import (Evaluation, History, Trainer, TrainConfig, TrainConfigError, check_lm_head,
+                                  make_config)
 from blockspec.train.optim import half_dtype
+from blockspec.train.threads import training_threads
 from blockspec.train.throughput import flops_per_token, measured_peak, utilisation
 
 
@@ -57,6 +59,7 @@ class Run:
     strategy: Strategy = "ddp"
     measure_peak: bool = False  # time the device's matmul rate first (CUDA only), to report MFU
     memory_check: bool = True  # refuse, before building, a run the device cannot hold (check_memory)
+    threads: int | None = None  # CPU threads asked for; None: the thread rule's (train/threads.py)
 
 
 @frozen(kw_only=True, eq=False)
@@ -86,7 +89,8 @@ class Listener(Protocol):
 
 def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Registry, resume: str | None = None,
          out: str | Path | None = None, checkpoint_every: int = 0, replace_out: bool = False,
-         strategy: Strategy = "ddp", measure_peak: bool = False, memory_check: bool = True) -> Run:
+         strategy: Strategy = "ddp", measure_peak: bool = False, memory_check: bool = True,
+         threads: int | None = None) -> Run:
     """The run `blockspec train SOURCE --data DATA` describes: a spec file trains fresh weights; a checkpoint or
     Hugging Face directory fine-tunes its own (with its tokenizer and carried files); ``resume`` continues a run.
 
@@ -99,12 +103,26 @@ def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Regis
     if checkpoint is not None and spec_to_dict(checkpoint.spec) != spec_to_dict(spec):
         raise CheckpointError(f"{resume}: was trained from a different spec than {source}; "
                               "pass the spec it was trained from")
+    config = run_config(settings, checkpoint)
+    if checkpoint is not None:
+        check_reachable(config.steps, checkpoint.step, source=str(resume))
     weights = opened if opened.has_weights and checkpoint is None else None
     dataset = open_data(data, [spec], model_tokenizer(opened, checkpoint), tokenizer_of=resume or source)
     carried = checkpoint.carried if checkpoint else carried_entries(weights.carried()) if weights else {}
-    return Run(spec=spec, data=dataset, config=run_config(settings, checkpoint), weights=weights,
-               resume=checkpoint, carried=carried, out=out, checkpoint_every=checkpoint_every,
-               replace_out=replace_out, strategy=strategy, measure_peak=measure_peak, memory_check=memory_check)
+    return Run(spec=spec, data=dataset, config=config, weights=weights, resume=checkpoint, carried=carried, out=out,
+               checkpoint_every=checkpoint_every, replace_out=replace_out, strategy=strategy,
+               measure_peak=measure_peak, memory_check=memory_check, threads=threads)
+
+
+def check_reachable(steps: int, step: int, *, source: str) -> None:
+    """Refuse a resume asked for fewer steps than its checkpoint has: ``steps`` is the total to reach, and
+    nothing can train a run back to an earlier step (it would save step ``step`` saying ``steps``)."""
+    if steps < step:
+        raise TrainConfigError(Problem(
+            file=source, path="$.steps", expected=f"a total of at least {step} steps (the checkpoint is at step "
+            f"{step})", found=str(steps), names={"steps": "steps"},
+            hint=f"{{steps}} is the total to reach, not a number of steps more: pass {{steps}} {step} to evaluate "
+                 f"the checkpoint as it is, or more to train on"))
 
 
 def check_head(spec: ModelSpec, registry: Registry, *, source: str) -> None:
@@ -165,14 +183,16 @@ def execute(run: Run, trainer: Trainer, listener: Listener | None = None) -> Out
     """Train up to the run's last step, saving every ``checkpoint_every`` steps; then make sure the last
     step is evaluated (a run resumed at its end still says where the model stands) and save it.
 
+    The run trains under the thread rule (``train/threads.py``), whoever runs it.
     A run that diverges raises DivergedError and saves nothing after its last good step. Ctrl-C ends the
     step under way, saves it (a checkpoint ``--resume`` continues bit for bit) and raises Interrupted.
     The run holds its checkpoint's folder lock throughout: a second writer of ``out`` is refused before
     it trains, not at its save.
     """
     writes = run.out is not None and trainer.world.is_main
-    with folder_lock(run.out) if writes else contextlib.nullcontext():
-        return _execute(run, trainer, listener)
+    with training_threads(run.threads, trainer.raw, trainer.world.device):
+        with folder_lock(run.out) if writes else contextlib.nullcontext():
+            return _execute(run, trainer, listener)
 
 
 def _execute(run: Run, trainer: Trainer, listener: Listener | None) -> Outcome:

@@ -15,9 +15,7 @@ import itertools
 import json
 import math
 import re
-import shutil
 import statistics
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,6 @@ from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.checkpoint.directory import read_extra_file
 from blockspec.outputs.atomic_file import write_atomically
 from blockspec.outputs.failures import output_errors
-from blockspec.outputs.kinds import directory_kind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.errors import BlockspecError, Problem
 from blockspec.outputs.lock import folder_lock
@@ -47,21 +44,13 @@ from blockspec.train.distributed import World
 from blockspec.train.plot import save_figure
 from blockspec.train.finite import DivergedError
 from blockspec.train.interrupt import Interrupted
+from blockspec.train.sweep_folder import (DIVERGED_FILE, RUNS, SWEEP, Folder, Job, SweepError, divergence_record,
+                                          parse_value, plan_document, plan_jobs, redo, run_key, sweep_base)
+from blockspec.train.sweep_folder import DIVERGED_SUFFIX, PLAN_FILE, run_name  # noqa: F401 (the folder's names, here too)
 from blockspec.train.run import (Run, check_head, check_memory, execute, model_tokenizer, open_data, run_config,
                                  start, tokens_per_s)
 
-PLAN_FILE = "sweep.json"
-RUNS = "runs"
-# what a sweep may continue in, or ``--force`` replace the runs of: a folder with its sweep.json
-SWEEP = directory_kind("a sweep folder", markers=(PLAN_FILE,))
-DIVERGED_SUFFIX, DIVERGED_FILE = ".diverged", "divergence.json"  # runs/NN-...-seedS.diverged/divergence.json
-FORMAT = "blockspec-sweep"
-VERSION = 1
 MAX_RUNS = 10_000  # variants × seeds: each a training run, so more is a typo (and each variant is built to check it)
-
-
-class SweepError(BlockspecError, ValueError):
-    """A --vary key or value the spec cannot take, or an output folder that holds a different sweep."""
 
 
 @frozen
@@ -85,6 +74,7 @@ class RunResult:
     history: loop.History
     tokens_per_s: float
     skipped: bool  # finished (or diverged) before this call
+    continued_from: int | None = None  # the step its checkpoint was at when this call continued it
     diverged: str | None = None  # "diverged at step 3 of 600: the loss is nan"; None for a run that trained
 
 
@@ -97,14 +87,6 @@ class SweepResult:
 
 
 # ---------------------------------------------------------------- the plan
-
-
-def parse_value(text: str) -> Any:
-    """A --vary value as TOML would read it (16 -> int, true -> bool, 1e-3 -> float), else the text itself."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text.strip()
 
 
 def variant_spec(base: dict[str, Any], values: Mapping[str, Any], registry: Registry, *, source: str) -> ModelSpec:
@@ -160,13 +142,38 @@ def make_variants(base: ModelSpec, vary: Mapping[str, Sequence[str]], registry: 
         check_key(key, document, source=source)
         if not texts:
             raise SweepError(f"--vary {key}: expected one or more values after '=', found none")
+        check_distinct(key, texts)
     keys = list(vary)
-    variants = []
+    variants: list[Variant] = []
+    specs: dict[str, Variant] = {}  # each variant's spec, as canonical JSON
     for combination in itertools.product(*(list(map(parse_value, vary[k])) for k in keys)):
         values = dict(zip(keys, combination))
         spec = variant_spec(document, values, registry, source=source)
-        variants.append(Variant(values, spec, _parameters(spec, registry)))
+        variants.append(_distinct(Variant(values, spec, _parameters(spec, registry)), specs))
     return variants
+
+
+def check_distinct(key: str, texts: Sequence[str]) -> None:
+    """Refuse a value given twice (``learned,learned``, ``16,0x10``): it would train the same runs twice."""
+    seen: dict[str, str] = {}
+    for text in texts:
+        value = parse_value(text)
+        identity = json.dumps(value)  # 1, 1.0 and true are three values; 16 and 0x10 one
+        if identity in seen:
+            given = "" if seen[identity] == text else f" (as {seen[identity]!r} and {text!r})"
+            raise SweepError(Problem(path="vary", message=f"{key}: {value!r} is given twice{given}",
+                                     hint="give each value once: each is already one run per seed"))
+        seen[identity] = text
+
+
+def _distinct(variant: Variant, specs: dict[str, Variant]) -> Variant:
+    """``variant``, unless an earlier one has its very spec (``model.dropout=0,0.0``): that run would train twice.
+    ``specs`` holds the earlier variants by their spec's canonical JSON, and gains this one."""
+    twin = specs.setdefault(json.dumps(spec_to_dict(variant.spec), sort_keys=True), variant)
+    if twin is not variant:
+        raise SweepError(Problem(path="vary", message=f"{twin.label} and {variant.label} give the same spec",
+                                 hint="vary values that differ: each variant would be the same run"))
+    return variant
 
 
 def _parameters(spec: ModelSpec, registry: Registry) -> int:
@@ -174,50 +181,16 @@ def _parameters(spec: ModelSpec, registry: Registry) -> int:
     return count_parameters(spec, registry).exact
 
 
-def run_name(index: int, variant: Variant, seed: int) -> str:
-    """A folder name per run: its index (unique) and its values, made safe for any file system."""
-    text = "_".join(f"{k.split('.', 1)[1] if k.endswith('.use') else k}-{v}" for k, v in variant.values.items())
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:80] or "base"
-    return f"{index:02d}-{safe}-seed{seed}"
-
-
-def plan_document(source: str, base: ModelSpec, vary: Mapping[str, Sequence[str]], seeds: Sequence[int],
-                  config: loop.TrainConfig, data: str) -> dict[str, Any]:
-    """What sweep.json records: enough to tell a rerun of the same sweep from a different one."""
-    settings = {k: v for k, v in _config_dict(config).items() if k != "seed"}
-    return {"format": FORMAT, "version": VERSION, "spec": spec_to_dict(base), "spec_file": source,
-            "data": data, "vary": {k: list(v) for k, v in vary.items()}, "seeds": list(seeds), "settings": settings}
-
-
-def _config_dict(config: loop.TrainConfig) -> dict[str, Any]:
-    return attrs.asdict(config)
-
-
-def prepare_folder(out: Path, plan: dict[str, Any], *, force: bool, inputs: Sequence[str]) -> None:
-    """Refuse ``out`` before any training unless it is new, empty, or this same sweep (or ``force``)."""
-    check_writable_target(out, kind=SWEEP, overwrite=True, inputs=inputs)  # a folder with no sweep.json: never
-    if not out.exists() or not any(out.iterdir()):
-        return
-    plan_file = out / PLAN_FILE
-    try:
-        old = json.loads(plan_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        old = {"unreadable": str(error)}
-    if old == plan:
-        return
-    if not force:
-        differs = sorted(k for k in set(old) | set(plan) if old.get(k) != plan.get(k))
-        raise SweepError(f"{out}: holds a different sweep ({', '.join(differs)} differ); rerun with its own "
-                         "arguments to resume it, pass --force to replace it, or choose a new --out")
-    shutil.rmtree(out / RUNS, ignore_errors=True)  # the old plan's runs: --force replaces them
-
-
 # ---------------------------------------------------------------- running
 
 
 def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, settings: dict[str, Any], *,
-              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True) -> RunResult:
+              registry: Registry, world: World, checkpoint_every: int, memory_check: bool = True,
+              threads: int | None = None) -> RunResult:
     """Train (or continue, or just read) one run; its checkpoint in ``directory`` is the record.
+
+    A finished run asked for more steps continues from its checkpoint: it resumes exactly, so it is the
+    run that would have trained to those steps at once (sweep_folder.py refuses it when it would not).
 
     A run that diverges is recorded beside its checkpoint (which keeps its last good step) and not
     trained again by a rerun: the same seed and settings would diverge at the same step.
@@ -231,25 +204,21 @@ def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, setti
         return _finished(variant, seed, directory, registry)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
-              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check)
+              checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check, threads=threads)
     trainer = start(run, registry=registry, world=world)
     try:
         outcome = execute(run, trainer)
     except DivergedError as error:  # a finding of the sweep, not its failure: the other runs go on
         return RunResult(variant, seed, directory, trainer.history, 0.0, skipped=False,
                          diverged=record_divergence(directory, error))
-    return RunResult(variant, seed, directory, outcome.history, outcome.run_tokens_per_s, skipped=False)
-
-
-def _divergence_record(directory: Path) -> Path:
-    """Where a diverged run's record lives: beside its checkpoint, under runs/ (which --force empties)."""
-    return directory.with_name(f"{directory.name}{DIVERGED_SUFFIX}")
+    return RunResult(variant, seed, directory, outcome.history, outcome.run_tokens_per_s, skipped=False,
+                     continued_from=step)
 
 
 def record_divergence(directory: Path, error: DivergedError) -> str:
     """Write the record of a diverged run atomically; return the line that reports it."""
     record = {"step": error.step, "steps": error.steps, "what": error.what}
-    with atomic_directory(_divergence_record(directory), overwrite=True) as staging:
+    with atomic_directory(divergence_record(directory), overwrite=True) as staging:
         (staging / DIVERGED_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
     return f"diverged at step {error.step} of {error.steps}: {error.what}"
 
@@ -257,7 +226,7 @@ def record_divergence(directory: Path, error: DivergedError) -> str:
 def read_divergence(directory: Path) -> str | None:
     """The line of a run recorded as diverged; None when it was not (an unreadable record: run it again)."""
     try:
-        record = json.loads((_divergence_record(directory) / DIVERGED_FILE).read_text(encoding="utf-8"))
+        record = json.loads((divergence_record(directory) / DIVERGED_FILE).read_text(encoding="utf-8"))
         return f"diverged at step {int(record['step'])} of {int(record['steps'])} (recorded): {record['what']}"
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -274,13 +243,14 @@ def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
               seeds: Sequence[int] = (0,), settings: Mapping[str, Any] | None = None, force: bool = False,
               checkpoint_every: int = 0, device: str | torch.device = "cpu", registry: Registry | None = None,
-              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True) -> SweepResult:
+              report: Callable[[int, int, RunResult], None] | None = None, memory_check: bool = True,
+              threads: int | None = None) -> SweepResult:
     """Train every combination of ``vary`` (dotted spec key -> value texts) for every seed, under ``out``.
 
     Everything is checked first (keys, values, each variant built on the meta device and, unless not
-    ``memory_check``, its training estimated against the device's memory, the data, the folder); then the
-    runs go in order, and ``report(i, n, result)`` hears of each. Rerun with the same arguments to
-    resume an interrupted sweep.
+    ``memory_check``, its training estimated against the device's memory, the data, the folder and the
+    runs it already holds); then the runs go in order, and ``report(i, n, result)`` hears of each. Rerun
+    with the same arguments to resume an interrupted sweep; with more seeds, values or steps to grow it.
     """
     from blockspec.registry.loading import load_registry
 
@@ -289,8 +259,7 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
         raise SweepError(Problem(path="seeds", expected="distinct seeds", found=str(list(seeds))))
     check_run_count(vary, seeds)
     source = open_source(spec, registry)  # a spec file, a checkpoint or a Hugging Face directory
-    base = source.spec
-    variants = make_variants(base, vary, registry, source=str(spec))
+    variants = make_variants(source.spec, vary, registry, source=str(spec))
     config = run_config({**(settings or {}), "seed": seeds[0]})
     world = World(device=torch.device(device))
     for variant in variants:
@@ -298,29 +267,39 @@ def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[st
         if memory_check:
             check_memory(variant.spec, config, registry, world=world, doing=f"--vary {variant.label}: training")
     dataset = open_data(data, [v.spec for v in variants], model_tokenizer(source), tokenizer_of=spec)
-    folder = Path(out)
-    plan = plan_document(str(spec), base, vary, seeds, config, str(data))
+    folder, base = Path(out), sweep_base(spec_to_dict(source.spec), data, config)
+    plan = plan_document(str(spec), base, vary, seeds, config.steps)
     check_writable_target(folder, kind=SWEEP, overwrite=True, inputs=[str(spec), str(data)])  # before the lock
     with folder_lock(folder):  # a second sweep of this folder is refused here, before it changes anything
-        prepare_folder(folder, plan, force=force, inputs=[str(spec), str(data)])
+        jobs, record = plan_jobs(folder, variants, seeds, config.steps, base, plan, force=force,
+                                 schedule_stretches=config.floor_lr == config.lr)
         with output_errors(folder):
             (folder / RUNS).mkdir(parents=True, exist_ok=True)
-        write_atomically(folder / PLAN_FILE, json.dumps(plan, indent=1) + "\n")
-        jobs = [(v, s) for v in variants for s in seeds]
-        runs = []
-        for number, (variant, seed) in enumerate(jobs, start=1):
-            directory = folder / RUNS / run_name(variants.index(variant), variant, seed)
-            try:
-                result = train_run(variant, seed, directory, dataset, {**_config_dict(config), "seed": seed},
-                                   registry=registry, world=world, checkpoint_every=checkpoint_every,
-                                   memory_check=memory_check)
-            except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
-                raise Interrupted(f"run {number}/{len(jobs)} ({variant.label}, seed {seed}) {stopped}; "
-                                  "rerun the same sweep command to resume it", saved=stopped.saved) from None
-            runs.append(result)
-            if report is not None:
-                report(number, len(jobs), result)
+        record.write()  # every run it will train is recorded before it trains; the ones it retrains after
+        options = {"registry": registry, "world": world, "checkpoint_every": checkpoint_every,
+                   "memory_check": memory_check, "threads": threads}
+
+        def train(variant: Variant, seed: int, directory: Path) -> RunResult:
+            return train_run(variant, seed, directory, dataset, attrs.asdict(config), **options)
+
+        runs = [_run_job(number, jobs, record, base, train, report) for number in range(1, len(jobs) + 1)]
         return write_results(folder, variants, runs)
+
+
+def _run_job(number: int, jobs: Sequence[Job], record: Folder, base: dict[str, Any], train: Callable[..., RunResult],
+             report: Callable[[int, int, RunResult], None] | None) -> RunResult:
+    """Job ``number`` of ``jobs`` (retrained first if ``--force`` redoes it), reported when it is done."""
+    job = jobs[number - 1]
+    if job.redo:
+        redo(record, job, run_key(base, job.variant.values))
+    try:
+        result = train(job.variant, job.seed, job.directory)
+    except Interrupted as stopped:  # the run saved where it stopped: a rerun continues it, redoing nothing
+        raise Interrupted(f"run {number}/{len(jobs)} ({job.variant.label}, seed {job.seed}) {stopped}; "
+                          "rerun the same sweep command to resume it", saved=stopped.saved) from None
+    if report is not None:
+        report(number, len(jobs), result)
+    return result
 
 
 # ---------------------------------------------------------------- results
