@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable, printable_report
+from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, OutputError, printable, printable_report
+from blockspec.outputs.kinds import OutputKind
+from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
 
@@ -238,6 +240,23 @@ def check_plot_file(path: str | None) -> Path | None:
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError("--plot: needs matplotlib, which is not installed: pip install 'blockspec[plot]'")
     return target
+
+
+# -- outputs: --force ----------------------------------------------------------------------------------------
+
+
+FORCE = {"overwrite": "--force"}  # what the output policy's refusal names, as this flag
+
+
+def check_output(flag: str, path: str | Path, *, kind: OutputKind, force: bool,
+                 inputs: Sequence[str | Path | None] = ()) -> Path:
+    """The output ``flag`` names, checked before any work by the one output policy (``outputs.targets``): an
+    existing output of ``kind`` is replaced only with ``--force``, anything else never; refusals name ``flag``."""
+    try:
+        with flag_names(FORCE):
+            return check_writable_target(path, kind=kind, overwrite=force, inputs=inputs)
+    except OutputError as error:
+        raise UsageError(f"{flag}: {error}") from None
 
 
 # -- out of memory -----------------------------------------------------------------------------------------
