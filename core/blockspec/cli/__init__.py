@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
 from blockspec.errors import BlockspecError, printable
 from blockspec.cli.common import print_error, printable_stdout
+from blockspec.cli.repeats import forget_given, register_single_actions
 from blockspec.cli import (
     check_cmd,
     data_cmd,
@@ -48,7 +49,17 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is reported as ``blockspec: error: --flag: ...`` with exit 2,
-    the same as every other error, instead of a usage block and ``SystemExit``."""
+    the same as every other error, instead of a usage block and ``SystemExit``; and a flag given twice
+    keeps both values or is refused, never the last alone (``cli/repeats.py``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        register_single_actions(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        forget_given(namespace)
+        return namespace, extras
 
     def error(self, message: str):
         raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
@@ -66,7 +77,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="print blockspec's, Python's and torch's versions and exit")
     parser.add_argument("--registry", metavar="FILE", help=REGISTRY_HELP)
     # the same --registry after the subcommand; SUPPRESS: absent there, it leaves the value given before it
-    shared = argparse.ArgumentParser(add_help=False)
+    shared = _Parser(add_help=False)
     shared.add_argument("--registry", metavar="FILE", default=argparse.SUPPRESS, help=REGISTRY_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                        parser_class=_subparser_with([shared]))

@@ -28,8 +28,9 @@ def add_parser(subparsers) -> None:
                                                "shape, operation, component and chapter section.",
                                    epilog=CHAPTER + ".")
     add_model_arguments(parser)
-    parser.add_argument("--stage", metavar="PATTERN",
-                        help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values")
+    parser.add_argument("--stage", action="append", metavar="PATTERN",
+                        help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values; "
+                             "repeat for several patterns")
     add_json_argument(parser)
     add_plot_argument(parser, "write the stage overview to FILE, and each other picture next to it as "
                               "STEM-NAME.SUFFIX (attention per block, positional encoding)")
@@ -47,10 +48,7 @@ def run(args: argparse.Namespace) -> int:
     plot = _check_plot(args)
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
-    stages = [s for s in result.stages if args.stage is None or fnmatch.fnmatchcase(s.name, args.stage)]
-    if args.stage is not None and not stages:
-        raise BlockspecError(f"--stage: no stage matches {args.stage!r}; stages are named like "
-                             f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
+    stages = result.stages if args.stage is None else _matching(result, args.stage)
     plots = _plots(plot, result, subject, force=args.force)
     top = next_tokens(result, subject, args.top)
     if args.json:
@@ -58,6 +56,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(subject, stages, top, plots, with_values=args.stage is not None)
     return 0
+
+
+def _matching(result, patterns: list[str]) -> list:
+    """The stages any ``--stage`` pattern matches, in trace order; a pattern that matches none is refused."""
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(stage.name, pattern) for stage in result.stages):
+            raise BlockspecError(f"--stage: no stage matches {pattern!r}; stages are named like "
+                                 f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
+    return [s for s in result.stages if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
 
 
 def _check_plot(args: argparse.Namespace) -> Path | None:
