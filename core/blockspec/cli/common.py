@@ -20,6 +20,7 @@ from blockspec.outputs.kinds import OutputKind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
+from blockspec.train.generation_bounds import MAX_NEW_TOKENS, SEEDS
 
 if TYPE_CHECKING:
     import torch
@@ -123,9 +124,7 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: 
 # -- argument types (argparse reports a bad value as a usage error, exit 2) -------------------------------
 
 
-SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 MAX_THREADS = 1024
-MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 MAX_BATCH = 2**20  # windows per step: more is a typo (with --no-memory-check, it would size the batch unchecked)
 
 
