@@ -94,7 +94,8 @@ def _print_prefixed(level: str, message: object) -> None:
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str = "a JSON object") -> None:
-    parser.add_argument("--json", action="store_true", help=f"print {what} (indented) instead of text")
+    """``--json``; ``what`` says what the document holds (and what the command then leaves out)."""
+    parser.add_argument("--json", action="store_true", help=f"print JSON instead of text: {what}")
 
 
 # JSON escapes C0 in its strings itself (and its own line breaks lie between values); the rest it writes raw.

@@ -27,16 +27,19 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="tokens to add (default: "
                         "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
-                        help="0: greedy (default 0.8)")
-    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest tokens")
+                        help="sampling temperature, a number >= 0: 0 is greedy (a tiny one samples as greedy does), "
+                             "higher is more varied (default 0.8)")
+    parser.add_argument("--top-k", type=positive_int, metavar="K",
+                        help="sample only among the K likeliest tokens (default: all)")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
-                        help="past a learned-positions context: continue over the last context_length characters "
+                        help="past a learned-positions context: continue over the last context_length tokens "
                         "(slide, the default) or refuse (error)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer)")
+    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer); a list of them "
+                              "for several prompts")
     parser.set_defaults(run=run)
 
 
