@@ -7,21 +7,13 @@ counting characters where a model's tokens may be BPE pieces).
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from blockspec.cli import main, make_parser
 
+from .cli_walk import commands
+
 BAD_PHRASES = ("(indented) instead of text", "context_length characters", "instead of a line per run instead")
-
-
-def commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
-    yield words, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from commands(sub, (*words, name))
 
 
 COMMANDS = [words for words, _ in commands(make_parser())]

@@ -17,6 +17,7 @@ import pytest
 from blockspec.cli import make_parser
 from blockspec.train.plot import PLOT_IMAGE
 
+from .cli_walk import commands
 from .faults.outputs_world import World, command_line, one_error_line, run, shared_world, tree
 
 pytest.importorskip("tokenizers")
@@ -102,22 +103,13 @@ def test_explore_with_force_replaces_its_page(world, tmp_path, capsys):
     assert b"<!-- older -->" not in target.read_bytes()
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
-    """Every (sub)command's name and parser, nested actions (data prepare, tokenizer train) included."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from _commands(sub, f"{prefix} {name}".strip())
-                yield f"{prefix} {name}".strip(), sub
-
-
 def _options(parser: argparse.ArgumentParser) -> set[str]:
     return {option for action in parser._actions for option in action.option_strings}
 
 
 def test_every_command_that_writes_takes_force_with_one_meaning():
     """An --out or a --plot comes with --force, and --force's help says it replaces only what the command wrote."""
-    writers = {name: sub for name, sub in _commands(make_parser()) if _options(sub) & {"--out", "--plot"}}
+    writers = {" ".join(words): sub for words, sub in commands(make_parser()) if _options(sub) & {"--out", "--plot"}}
     assert {"explore", "trace", "train", "sweep", "export-hf", "export", "import-hf", "tokenizer train",
             "data prepare"} <= set(writers)
     for name, sub in writers.items():

@@ -16,6 +16,7 @@ import pytest
 from blockspec.cli import COMMANDS, main, make_parser
 
 from .cli_assets import make_assets
+from .cli_walk import commands
 
 # (command, flag): the flags that keep every value; every other flag is single
 REPEATABLE = {("generate", "--prompt"), ("generate", "--ids"), ("sweep", "--vary"), ("trace", "--stage"),
@@ -27,15 +28,6 @@ CANDIDATES = ("1", "0.5", "cpu", "x.toml")  # a value some argument type accepts
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return make_assets(tmp_path_factory.mktemp("assets"))
-
-
-def commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
-    """(words, parser) of every command and nested action (``data prepare``); the top level too."""
-    yield words, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield from commands(sub, (*words, name))
 
 
 def flags():
