@@ -54,7 +54,7 @@ def generate(
     ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
-    _check_request(model, ids, max_new_tokens, temperature, top_k, overflow, seed, vocab_limit)
+    _check_request(model, ids, max_new_tokens, temperature, top_k, overflow, seed=seed, vocab_limit=vocab_limit)
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -120,7 +120,7 @@ def sample(
 
 
 def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-                   top_k: int | None, overflow: str, seed: int | None, vocab_limit: int | None) -> None:
+                   top_k: int | None, overflow: str, seed: int | None = None, vocab_limit: int | None = None) -> None:
     """Refuse bad arguments (``generation_bounds``), and (overflow="error") positions a learned table cannot
     hold, before any kernel runs."""
     _check_ids(ids)
