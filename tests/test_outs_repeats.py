@@ -139,3 +139,8 @@ def test_list_keeps_every_kind(capsys):
     code, out, err = run(capsys, "list", "--kind", "norm", "--kind", "positional", "--json")
     assert code == 0, err
     assert {c["kind"] for c in json.loads(out)} == {"norm", "positional"}
+
+
+def test_a_repeatable_flag_still_takes_one_value_each_time(capsys, no_run):
+    code, _, err = run(capsys, "generate", "ckpt", "--prompt", "ab", "--prompt=--")
+    assert code == 2 and "--prompt: expected one value, found '--'" in err, err

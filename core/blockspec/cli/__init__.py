@@ -112,8 +112,11 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for option in action.choices[args.command]._actions:
-        if (option.option_strings and option.nargs is None and not isinstance(option, argparse._AppendAction)
-                and isinstance(getattr(args, option.dest, None), list)):
+        if not option.option_strings or option.nargs is not None:
+            continue
+        value = getattr(args, option.dest, None)
+        values = value if isinstance(option, argparse._AppendAction) and isinstance(value, list) else [value]
+        if any(isinstance(v, list) for v in values):  # an appended flag's values are each one string
             return option.option_strings[-1]
     return None
 
