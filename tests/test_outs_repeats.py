@@ -144,3 +144,11 @@ def test_list_keeps_every_kind(capsys):
 def test_a_repeatable_flag_still_takes_one_value_each_time(capsys, no_run):
     code, _, err = run(capsys, "generate", "ckpt", "--prompt", "ab", "--prompt=--")
     assert code == 2 and "--prompt: expected one value, found '--'" in err, err
+
+
+def test_a_prompt_generate_would_refuse_stops_the_command_before_the_first_is_generated(capsys, assets, monkeypatch):
+    import blockspec.train.generate as generation
+
+    monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("generated before every prompt was checked"))
+    code, out, err = generated(capsys, assets, "--prompt", "ab", "--prompt", "a" * 70, "--overflow", "error")
+    assert code == 2 and not out and "the prompt is too long" in err, err

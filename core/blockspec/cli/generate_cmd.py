@@ -52,33 +52,50 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
         source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
         model, tokenizer = source.model(device=device), source.tokenizer()
-    prompts = [_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given) for given in args.prompt or args.ids]
-    records = [_continued(args, model, tokenizer, ids, device) for ids in prompts]  # every prompt encoded first
-    for number, (given, record) in enumerate(zip(args.prompt or args.ids, records), start=1):
-        record["prompt" if args.ids is None else "prompt_ids"] = given
+    requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
+    records = []
+    for number, (given, prompt, new_tokens) in enumerate(requests, start=1):  # each checked before the first runs
+        records.append(_continued(args, model, tokenizer, prompt, new_tokens))
+        records[-1]["prompt" if args.ids is None else "prompt_ids"] = given
         if not args.json:
-            _print(args, record, number, len(records))
+            _print(args, records[-1], number, len(requests))
     if args.json:
         emit_json(records[0] if len(records) == 1 else records)
     return 0
 
 
-def _continued(args: argparse.Namespace, model, tokenizer, prompt_ids: list[int], device) -> dict:
-    """One prompt continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
+def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
+    """A prompt as (given, ids (1, N), new tokens), refused now if ``generate`` would refuse it."""
     import torch
 
-    from blockspec.train.generate import generate
+    from blockspec.train.generate import check_request
 
-    prompt = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, N)
+    prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given)], dtype=torch.long,
+                          device=device)  # (1, N)
     limit = model.positional.max_positions if args.overflow == "error" else None
     new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
+    with flag_names(FLAGS):
+        check_request(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
+                      overflow=args.overflow, seed=args.seed, vocab_limit=_vocab_limit(tokenizer))
+    return given, prompt, new_tokens
+
+
+def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: int) -> dict:
+    """One prompt (1, N) continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
+    from blockspec.train.generate import generate
+
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
                        seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, source=args.checkpoint,
+                       vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
                        memory_check=not args.no_memory_check)[0].tolist()
     return {"model": model.spec.model.name, "prompt": None, "text": None if tokenizer is None else tokenizer.decode(ids),
             "new_tokens": new_tokens, "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe()}
+
+
+def _vocab_limit(tokenizer) -> int | None:
+    """Sample only ids the tokenizer can decode."""
+    return None if tokenizer is None else tokenizer.vocab_size
 
 
 def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int, given: str) -> list[int]:

@@ -54,7 +54,8 @@ def generate(
     ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
-    _check_request(model, ids, max_new_tokens, temperature, top_k, overflow, seed=seed, vocab_limit=vocab_limit)
+    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, overflow=overflow,
+                  seed=seed, vocab_limit=vocab_limit)
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -119,10 +120,12 @@ def sample(
     return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator)
 
 
-def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-                   top_k: int | None, overflow: str, seed: int | None = None, vocab_limit: int | None = None) -> None:
-    """Refuse bad arguments (``generation_bounds``), and (overflow="error") positions a learned table cannot
-    hold, before any kernel runs."""
+def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
+                  top_k: int | None = None, overflow: str = "slide", seed: int | None = None,
+                  vocab_limit: int | None = None) -> None:
+    """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
+    and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
+    all before it generates the first."""
     _check_ids(ids)
     check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                                overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
