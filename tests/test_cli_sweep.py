@@ -61,8 +61,8 @@ def cheap(assets):
         return attrs.evolve(config, steps=min(config.steps, 1), eval_batches=1, batch_size=min(config.batch_size, 4))
 
     def generate(model, ids, *, max_new_tokens, **kwargs):
-        generation._check_request(model, ids, max_new_tokens, kwargs.get("temperature", 1.0), kwargs.get("top_k"),
-                                  kwargs.get("overflow", "slide"))
+        checked = {k: v for k, v in kwargs.items() if k in ("temperature", "top_k", "overflow", "seed", "vocab_limit")}
+        generation.check_request(model, ids, max_new_tokens=max_new_tokens, **checked)
         return real_generate(model, ids, max_new_tokens=min(max_new_tokens, 3), **kwargs)
 
     threads = torch.get_num_threads()

@@ -123,7 +123,7 @@ def test_learned_positions_past_the_table_fail_before_any_kernel_when_asked_to(r
         with pytest.raises(blockspec.ContextLengthError, match="the prompt is too long: shorten it to at most 15 "):
             generate(model, torch.ones(1, n_prompt, dtype=torch.long), max_new_tokens=1, temperature=0.0,
                      overflow="error")
-    with pytest.raises(ValueError, match="overflow 'slide' or 'error'"):
+    with pytest.raises(blockspec.InputError, match="overflow: expected 'slide' or 'error'"):
         generate(model, torch.tensor([[1]]), max_new_tokens=1, overflow="wrap")
     with pytest.raises(blockspec.ContextLengthError, match="positions up to 16"):
         model(torch.tensor([[1]]), start=16, cache=KVCache.for_model(model, batch_size=1, max_length=32))
@@ -193,7 +193,7 @@ def test_generate_leaves_the_training_mode_as_it_was(registry):
 def test_bad_arguments_are_refused(registry, bad):
     model = small_model(registry, "rope")
     arguments = dict(max_new_tokens=2, temperature=1.0) | bad
-    with pytest.raises(ValueError, match="expected max_new_tokens >= 0"):
+    with pytest.raises(blockspec.InputError, match=f"^{next(iter(bad))}: expected "):
         generate(model, torch.tensor([[1]]), **arguments)
 
 

@@ -76,8 +76,7 @@ def command_line(world: World, command: str, out: Path, *, force: bool = False) 
         "explore": ["explore", str(a.ckpt), "--text", "the lord", "--out", str(out)],
         "trace --plot": ["trace", str(a.ckpt), "--text", "the lord", "--plot", str(out)],
     }[command]
-    takes_force = command not in ("explore", "trace --plot")  # these replace their own kind without asking
-    return lines + (["--force"] if force and takes_force else [])
+    return lines + (["--force"] if force else [])
 
 
 def tree(path: Path) -> dict[str, bytes | None]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from blockspec.registry.catalogue import REGISTRY_ENV, registry_file_override
 from blockspec.errors import BlockspecError, printable
 from blockspec.cli.common import print_error, printable_stdout
+from blockspec.cli.repeats import forget_given, register_single_actions
 from blockspec.cli import (
     check_cmd,
     data_cmd,
@@ -49,7 +50,17 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is reported as ``blockspec: error: --flag: ...`` with exit 2,
-    the same as every other error, instead of a usage block and ``SystemExit``."""
+    the same as every other error, instead of a usage block and ``SystemExit``; and a flag given twice
+    keeps both values or is refused, never the last alone (``cli/repeats.py``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        register_single_actions(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        forget_given(namespace)
+        return namespace, extras
 
     def error(self, message: str):
         raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
@@ -67,7 +78,7 @@ def make_parser() -> argparse.ArgumentParser:
                         help="print blockspec's, Python's and torch's versions and exit")
     parser.add_argument("--registry", metavar="FILE", help=REGISTRY_HELP)
     # the same --registry after the subcommand; SUPPRESS: absent there, it leaves the value given before it
-    shared = argparse.ArgumentParser(add_help=False)
+    shared = _Parser(add_help=False)
     shared.add_argument("--registry", metavar="FILE", default=argparse.SUPPRESS, help=REGISTRY_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                        parser_class=_subparser_with([shared]))
@@ -102,8 +113,11 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
     """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for option in action.choices[args.command]._actions:
-        if (option.option_strings and option.nargs is None and not isinstance(option, argparse._AppendAction)
-                and isinstance(getattr(args, option.dest, None), list)):
+        if not option.option_strings or option.nargs is not None:
+            continue
+        value = getattr(args, option.dest, None)
+        values = value if isinstance(option, argparse._AppendAction) and isinstance(value, list) else [value]
+        if any(isinstance(v, list) for v in values):  # an appended flag's values are each one string
             return option.option_strings[-1]
     return None
 

@@ -15,9 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, printable, printable_report
+from blockspec.errors import TERMINAL_CONTROLS, BlockspecError, OutputError, printable, printable_report
+from blockspec.outputs.kinds import OutputKind
+from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
+from blockspec.train.generation_bounds import MAX_NEW_TOKENS, SEEDS
 
 if TYPE_CHECKING:
     import torch
@@ -91,7 +94,8 @@ def _print_prefixed(level: str, message: object) -> None:
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str = "a JSON object") -> None:
-    parser.add_argument("--json", action="store_true", help=f"print {what} (indented) instead of text")
+    """``--json``; ``what`` says what the document holds (and what the command then leaves out)."""
+    parser.add_argument("--json", action="store_true", help=f"print JSON instead of text: {what}")
 
 
 # JSON escapes C0 in its strings itself (and its own line breaks lie between values); the rest it writes raw.
@@ -121,9 +125,7 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: 
 # -- argument types (argparse reports a bad value as a usage error, exit 2) -------------------------------
 
 
-SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 MAX_THREADS = 1024
-MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 MAX_BATCH = 2**20  # windows per step: more is a typo (with --no-memory-check, it would size the batch unchecked)
 
 
@@ -243,6 +245,25 @@ def check_output_folder(flag: str, path: str | Path) -> None:
         raise UsageError(f"{flag}: {path}: {str(existing)!r} is not a folder")
     if not parent.is_dir():
         raise UsageError(f"{flag}: {path}: the folder {str(parent)!r} does not exist; create it first")
+
+
+# -- outputs: --force ----------------------------------------------------------------------------------------
+
+
+FORCE = {"overwrite": "--force"}  # what the output policy's refusal names, as this flag
+
+
+def check_output(flag: str, path: str | Path, *, kind: OutputKind, force: bool,
+                 inputs: Sequence[str | Path | None] = ()) -> Path:
+    """The file ``flag`` names, checked before any work by the one output policy (``outputs.targets``): in an
+    existing folder; an existing output of ``kind`` is replaced only with ``--force``, anything else never;
+    refusals name ``flag``."""
+    check_output_folder(flag, path)
+    try:
+        with flag_names(FORCE):
+            return check_writable_target(path, kind=kind, overwrite=force, inputs=inputs)
+    except OutputError as error:
+        raise UsageError(f"{flag}: {error}") from None
 
 
 # -- out of memory -----------------------------------------------------------------------------------------

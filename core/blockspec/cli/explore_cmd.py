@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.cli.common import UsageError, add_json_argument, emit_json
-from blockspec.errors import OutputError
+from blockspec.cli.common import add_json_argument, check_output, emit_json
 from blockspec.cli.model_input import add_model_arguments, subject_of
-from blockspec.outputs.targets import check_writable_target
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("explore", help="write a self-contained HTML explorer of one input's trace")
     add_model_arguments(parser)
     parser.add_argument("--out", required=True, metavar="FILE.html", help="where to write the page")
+    parser.add_argument("--force", action="store_true", help="replace --out if it is an explorer page")
     add_json_argument(parser, "a JSON object (page, bytes, stages, model, weights, input)")
     parser.set_defaults(run=run)
 
@@ -24,11 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.subject import label_of
     from blockspec.inspect.trace import trace
 
-    # the page replaces an older explorer page of that name (as before), never another file, a folder or an input
-    try:
-        check_writable_target(args.out, kind=EXPLORER_PAGE, overwrite=True, inputs=[args.spec, args.weights])
-    except OutputError as error:
-        raise UsageError(f"--out: {error}") from None
+    check_output("--out", args.out, kind=EXPLORER_PAGE, force=args.force, inputs=[args.spec, args.weights])
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
     tokenizer = subject.tokenizer.describe() if subject.tokenizer else None

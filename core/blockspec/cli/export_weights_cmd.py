@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
                              "optimizer.safetensors and training.json")
     parser.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory to write")
     parser.add_argument("--force", action="store_true", help="replace DIR if it is an existing checkpoint")
-    add_json_argument(parser)
+    add_json_argument(parser, "a JSON object (source, checkpoint, kept, dropped)")
     parser.set_defaults(run=run)
 
 

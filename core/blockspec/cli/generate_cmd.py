@@ -11,7 +11,8 @@ from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument,
 
 DEFAULT_NEW_TOKENS = 200
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
-         "max_new_tokens": "--max-new-tokens", **MEMORY_FLAGS}
+         "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
+         **MEMORY_FLAGS}
 
 
 def add_parser(subparsers) -> None:
@@ -19,72 +20,105 @@ def add_parser(subparsers) -> None:
     parser.add_argument("checkpoint", metavar="CKPT", help="checkpoint directory written by `blockspec train --out` "
                         "or `blockspec import-hf --out`, or a Hugging Face directory")
     prompt = parser.add_mutually_exclusive_group(required=True)
-    prompt.add_argument("--prompt", metavar="TEXT", help="text to continue, in the checkpoint's tokenizer")
-    prompt.add_argument("--ids", metavar="IDS", help="token ids to continue, comma-separated (1,2,3): for a "
-                        "checkpoint without a tokenizer; prints ids")
+    prompt.add_argument("--prompt", action="append", metavar="TEXT", help="text to continue, in the checkpoint's "
+                        "tokenizer; repeat for several prompts, continued one after another")
+    prompt.add_argument("--ids", action="append", metavar="IDS", help="token ids to continue, comma-separated "
+                        "(1,2,3): for a checkpoint without a tokenizer; prints ids; repeat for several prompts")
     parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="tokens to add (default: "
                         "200, or, with --overflow error, up to the context length for learned positions)")
     parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
-                        help="0: greedy (default 0.8)")
-    parser.add_argument("--top-k", type=positive_int, metavar="K", help="sample only among the K likeliest tokens")
+                        help="sampling temperature, a number >= 0: 0 is greedy (a tiny one samples as greedy does), "
+                             "higher is more varied (default 0.8)")
+    parser.add_argument("--top-k", type=positive_int, metavar="K",
+                        help="sample only among the K likeliest tokens (default: all)")
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
-                        help="past a learned-positions context: continue over the last context_length characters "
+                        help="past a learned-positions context: continue over the last context_length tokens "
                         "(slide, the default) or refuse (error)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer)")
+    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer); a list of them "
+                              "for several prompts")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from blockspec.sources import open_source
-    from blockspec.train.generate import generate
 
     device = resolve_device(args.device)
-    if args.prompt is not None and not args.prompt:
+    if args.prompt is not None and not all(args.prompt):
         raise UsageError("--prompt: expected at least one character, found an empty text")
     with flag_names(FLAGS):
         source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
         model, tokenizer = source.model(device=device), source.tokenizer()
-    prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size)], dtype=torch.long,
-                          device=device)  # (1, N)
-    limit = model.positional.max_positions if args.overflow == "error" else None
-    new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
-    with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
-        ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                       seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=None if tokenizer is None else tokenizer.vocab_size, source=args.checkpoint,
-                       memory_check=not args.no_memory_check)
-    _report(args, model, tokenizer, ids[0].tolist(), new_tokens)
+    requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
+    records = []
+    for number, (given, prompt, new_tokens) in enumerate(requests, start=1):  # each checked before the first runs
+        records.append(_continued(args, model, tokenizer, prompt, new_tokens))
+        records[-1]["prompt" if args.ids is None else "prompt_ids"] = given
+        if not args.json:
+            _print(args, records[-1], number, len(requests))
+    if args.json:
+        emit_json(records[0] if len(records) == 1 else records)
     return 0
 
 
-def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int) -> list[int]:
+def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
+    """A prompt as (given, ids (1, N), new tokens), refused now if ``generate`` would refuse it."""
+    import torch
+
+    from blockspec.train.generate import check_request
+
+    prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given)], dtype=torch.long,
+                          device=device)  # (1, N)
+    limit = model.positional.max_positions if args.overflow == "error" else None
+    new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
+    with flag_names(FLAGS):
+        check_request(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
+                      overflow=args.overflow, seed=args.seed, vocab_limit=_vocab_limit(tokenizer))
+    return given, prompt, new_tokens
+
+
+def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: int) -> dict:
+    """One prompt (1, N) continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
+    from blockspec.train.generate import generate
+
+    with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
+        ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
+                       seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
+                       vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
+                       memory_check=not args.no_memory_check)[0].tolist()
+    return {"model": model.spec.model.name, "prompt": None, "text": None if tokenizer is None else tokenizer.decode(ids),
+            "new_tokens": new_tokens, "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe()}
+
+
+def _vocab_limit(tokenizer) -> int | None:
+    """Sample only ids the tokenizer can decode."""
+    return None if tokenizer is None else tokenizer.vocab_size
+
+
+def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int, given: str) -> list[int]:
     from blockspec.data.tokenizer import parse_ids
 
     if args.ids is not None:
-        return parse_ids(args.ids, vocab_size)
+        return parse_ids(given, vocab_size)
     if tokenizer is None:
         raise UsageError(f"--prompt: {args.checkpoint} carries no tokenizer to encode text with; "
                          "give token ids with --ids 1,2,3")
-    return _encoded(tokenizer, args.prompt)
+    return _encoded(tokenizer, given)
 
 
-def _report(args: argparse.Namespace, model, tokenizer, ids: list[int], new_tokens: int) -> None:
-    """Text when the prompt was text; ids (and their text, when a tokenizer can decode them) for --ids."""
-    text = None if tokenizer is None else tokenizer.decode(ids)
-    if args.json:
-        found = {"model": model.spec.model.name, "prompt": args.prompt, "text": text, "new_tokens": new_tokens,
-                 "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe()}
-        emit_json(found if args.ids is None else {**found, "prompt_ids": args.ids})
-    elif args.ids is not None:
-        print(",".join(map(str, ids)))
-    else:
-        print(text)
+def _print(args: argparse.Namespace, record: dict, number: int, total: int) -> None:
+    """Text when the prompt was text, under a header when there are several; ids one line each for --ids."""
+    if args.ids is not None:
+        print(",".join(map(str, record["ids"])))
+        return
+    if number > 1:
+        print()
+    if total > 1:
+        print(f"==> prompt {number} of {total} <==")
+    print(record["text"])
 
 
 def _new_tokens(requested: int | None, max_positions: int | None, prompt_length: int) -> int:

@@ -11,7 +11,8 @@ from blockspec.registry.specs import ambiguity_warnings
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("list", help="list registered components")
-    parser.add_argument("--kind", choices=KINDS, help="only components of this kind")
+    parser.add_argument("--kind", action="append", choices=KINDS,
+                        help="only components of this kind; repeat for several kinds")
     add_json_argument(parser, "a JSON array")
     parser.set_defaults(run=run)
 
@@ -20,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     registry = registry_with_warnings()
     for line in ambiguity_warnings(registry):
         print_warning(line)
-    components = [c for c in registry if args.kind in (None, c.kind)]
+    components = [c for c in registry if not args.kind or c.kind in args.kind]
     records = [
         {"kind": c.kind, "name": c.name, "distribution": c.distribution, "version": c.version,
          "summary": c.summary, "promises": sorted(c.promises)}

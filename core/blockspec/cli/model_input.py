@@ -23,8 +23,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_argument(parser)
     add_memory_check_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--text", help="input text, in the model's own tokenizer (without one: characters for a "
-                                       "65-token vocabulary, else UTF-8 bytes)")
+    source.add_argument("--text", help="input text, in the model's own tokenizer; without one, the Tiny "
+                                       "Shakespeare characters for a 65-token vocabulary or UTF-8 bytes for 256 "
+                                       "tokens and more, else give --ids")
     source.add_argument("--ids", help="input token ids, comma-separated: 1,2,3")
 
 

@@ -11,14 +11,10 @@ from typing import Any
 
 from blockspec.checkpoint.lock import LockDocument
 from blockspec.outputs.atomic_file import write_atomically
-from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.spec_schema import SCHEMA_FILE, schema_text, spec_schema
 from blockspec.registry.specs import ambiguity_warnings
-from blockspec.cli.common import (add_json_argument, check_output_folder, emit_json, flag_names, print_warning,
-                                  registry_with_warnings)
-
-FLAGS = {"overwrite": "--force"}
+from blockspec.cli.common import add_json_argument, check_output, emit_json, print_warning, registry_with_warnings
 
 
 def add_parser(subparsers) -> None:
@@ -33,9 +29,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.out is not None:  # refused before the plugins load
-        check_output_folder("--out", args.out)
-        with flag_names(FLAGS):
-            check_writable_target(args.out, kind=SCHEMA_FILE, overwrite=args.force)
+        check_output("--out", args.out, kind=SCHEMA_FILE, force=args.force)
     registry = registry_with_warnings()
     for line in ambiguity_warnings(registry):  # such names are in the schema only pinned
         print_warning(line)

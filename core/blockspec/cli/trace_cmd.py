@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from blockspec.errors import BlockspecError
-from blockspec.cli.common import (add_json_argument, add_plot_argument, check_plot_file, emit_json,
-                                  non_negative_int, print_table)
+from blockspec.cli.common import (FORCE, add_json_argument, add_plot_argument, check_output, check_plot_file,
+                                  emit_json, flag_names, non_negative_int, print_table)
 from blockspec.cli.model_input import add_model_arguments, subject_of
-from blockspec.outputs.targets import check_writable_target
 from blockspec.train.plot import PLOT_IMAGE
 
 if TYPE_CHECKING:
@@ -29,11 +28,14 @@ def add_parser(subparsers) -> None:
                                                "shape, operation, component and chapter section.",
                                    epilog=CHAPTER + ".")
     add_model_arguments(parser)
-    parser.add_argument("--stage", metavar="PATTERN",
-                        help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values")
+    parser.add_argument("--stage", action="append", metavar="PATTERN",
+                        help="only stages whose name matches (fnmatch, e.g. 'blocks.*.attn.weights'), with values; "
+                             "repeat for several patterns")
     add_json_argument(parser)
     add_plot_argument(parser, "write the stage overview to FILE, and each other picture next to it as "
                               "STEM-NAME.SUFFIX (attention per block, positional encoding)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --plot and the pictures beside it if they are plot images")
     parser.add_argument("--top", type=non_negative_int, default=TOP_K, metavar="K",
                         help=f"next-token candidates to list (default {TOP_K})")
     parser.set_defaults(run=run)
@@ -43,16 +45,11 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.inspect.subject import next_tokens
     from blockspec.inspect.trace import trace
 
-    plot = check_plot_file(args.plot)
-    if plot is not None:  # a picture replaces an older picture (no --force: a plot is made again), nothing else
-        check_writable_target(plot, kind=PLOT_IMAGE, overwrite=True, inputs=[args.spec, args.weights])
+    plot = _check_plot(args)
     subject = subject_of(args)
     result = trace(subject.model, subject.input())
-    stages = [s for s in result.stages if args.stage is None or fnmatch.fnmatchcase(s.name, args.stage)]
-    if args.stage is not None and not stages:
-        raise BlockspecError(f"--stage: no stage matches {args.stage!r}; stages are named like "
-                             f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
-    plots = _plots(plot, result, subject)
+    stages = result.stages if args.stage is None else _matching(result, args.stage)
+    plots = _plots(plot, result, subject, force=args.force)
     top = next_tokens(result, subject, args.top)
     if args.json:
         emit_json(_as_json(subject, stages, top, plots, with_values=args.stage is not None))
@@ -61,13 +58,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plots(plot: Path | None, result, subject: Subject) -> list[str]:
+def _matching(result, patterns: list[str]) -> list:
+    """The stages any ``--stage`` pattern matches, in trace order; a pattern that matches none is refused."""
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(stage.name, pattern) for stage in result.stages):
+            raise BlockspecError(f"--stage: no stage matches {pattern!r}; stages are named like "
+                                 f"{', '.join(result.names()[:4])}, blocks.0.attn.weights, ...")
+    return [s for s in result.stages if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
+
+
+def _check_plot(args: argparse.Namespace) -> Path | None:
+    """--plot FILE and the pictures an earlier trace left beside it, refused before any work unless --force."""
+    plot = check_plot_file(args.plot)
+    if plot is None:
+        return None
+    from blockspec.inspect.plots import sibling_pictures
+
+    check_output("--plot", plot, kind=PLOT_IMAGE, force=args.force, inputs=[args.spec, args.weights])
+    for picture in [] if args.force else sibling_pictures(plot):  # with --force: each is checked before drawing
+        check_output("--plot", picture, kind=PLOT_IMAGE, force=False)
+    return plot
+
+
+def _plots(plot: Path | None, result, subject: Subject, *, force: bool) -> list[str]:
     """The stage overview in FILE, then one sibling per attention layer and the positional encoding."""
     if plot is None:
         return []
     from blockspec.inspect.plots import write_plots_beside
 
-    return [str(p) for p in write_plots_beside(result, subject.model, plot, subject.labels)]
+    with flag_names(FORCE):
+        return [str(p) for p in write_plots_beside(result, subject.model, plot, subject.labels, overwrite=force)]
 
 
 def _stage_json(stage, with_values: bool) -> dict:

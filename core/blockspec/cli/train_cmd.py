@@ -36,7 +36,7 @@ def add_parser(subparsers) -> None:
     add_plot_argument(parser, "write the training and validation loss curves to FILE")
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    parser.add_argument("--force", action="store_true", help="replace --out and --plot if they exist")
+    parser.add_argument("--force", action="store_true", help="replace --out if it is a checkpoint and --plot if it is a plot image")
     parser.add_argument("--fsdp", action="store_true", help="under torchrun: FSDP2 sharding instead of DDP")
     add_json_argument(parser, "a JSON summary at the end, and no progress bar or evaluation lines")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no evaluation lines")

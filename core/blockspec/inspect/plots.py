@@ -6,7 +6,9 @@ Pictures show the first sequence of the batch.
 
 from __future__ import annotations
 
+import glob
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,22 +52,32 @@ class _SiblingFiles:
         return self.target.with_name(f"{self.target.stem}-{picture}{self.target.suffix}")
 
 
-def _check_pictures(trace: Trace, model: Transformer, out: _SiblingFiles) -> None:
-    """Every picture about to be written replaces at most an older picture (a plot is a view, made again)."""
+def sibling_pictures(file: str | Path) -> list[Path]:
+    """The pictures an earlier ``write_plots_beside(..., file)`` left beside ``file`` (STEM-NAME.SUFFIX), which
+    the next one may replace: a command asks about them before any work, when it cannot yet know the layers."""
+    target = Path(file)
+    names = re.compile(re.escape(target.stem) + r"-(?:.+\.attention|positional)" + re.escape(target.suffix))
+    return sorted(p for p in target.parent.glob(f"{glob.escape(target.stem)}-*") if names.fullmatch(p.name))
+
+
+def _check_pictures(trace: Trace, model: Transformer, out: _SiblingFiles, *, overwrite: bool) -> None:
+    """Every picture about to be written replaces, with ``overwrite``, at most an older picture, never another file."""
     names = ["stages.png", *map(_attention_file, trace.select("*.attn.weights"))]
     names += ["positional.png"] if model.positional.adds or model.positional.rotates else []
     for name in names:
-        check_writable_target(out / name, kind=PLOT_IMAGE, overwrite=True)
+        check_writable_target(out / name, kind=PLOT_IMAGE, overwrite=overwrite)
 
 
 def _attention_file(stage: str) -> str:
     return f"{stage.replace('.attn.weights', '')}.attention.png"
 
 
-def write_plots_beside(trace: Trace, model: Transformer, file: str | Path, labels: Sequence[str]) -> list[Path]:
-    """The stage overview in ``file``, then one sibling per attention layer and the positional encoding."""
+def write_plots_beside(trace: Trace, model: Transformer, file: str | Path, labels: Sequence[str], *,
+                       overwrite: bool = False) -> list[Path]:
+    """The stage overview in ``file``, then one sibling per attention layer and the positional encoding;
+    an existing picture among them is replaced only with ``overwrite`` (checked before the first is drawn)."""
     out, plt = _SiblingFiles(Path(file)), pyplot()
-    _check_pictures(trace, model, out)
+    _check_pictures(trace, model, out, overwrite=overwrite)
     written = [plot_overview(plt, trace, out)]
     written += [plot_attention(plt, name, w[0], labels, out) for name, w in trace.select("*.attn.weights").items()]
     if model.positional.adds or model.positional.rotates:

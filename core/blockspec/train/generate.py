@@ -9,10 +9,11 @@ from typing import Literal
 import torch
 
 from blockspec.assembly.memory import check_fits, generation_estimate
-from blockspec.errors import ContextLengthError, Problem
+from blockspec.errors import ContextLengthError, InputError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 from blockspec.train.finite import check_finite_weights, non_finite_logits
+from blockspec.train.generation_bounds import check_generation_arguments
 
 
 def generate(
@@ -53,7 +54,8 @@ def generate(
     ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
-    _check_request(model, ids, max_new_tokens, temperature, top_k, overflow)
+    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, overflow=overflow,
+                  seed=seed, vocab_limit=vocab_limit)
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -100,26 +102,33 @@ def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
 def sample(
     logits: torch.Tensor, *, temperature: float, top_k: int | None = None, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token."""
+    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token.
+
+    The temperature divides each logit's distance from the largest, never the logit itself: the
+    distances are <= 0 and the largest stays 0, so however small the temperature (1e-40 is a float32
+    subnormal, 1e-300 rounds to 0) nothing overflows to inf and the softmax cannot be NaN. A tiny
+    temperature is then what its limit is: every draw among the likeliest tokens, i.e. greedy.
+    """
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
+    logits = logits.float()
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+    below = logits - logits.amax(dim=-1, keepdim=True)  # (B, |V|): <= 0, the likeliest at 0
+    scaled = torch.where(below == 0, 0.0, below / temperature)  # 0/0 (a temperature that rounds to 0) is no NaN
+    return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator)
 
 
-def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, temperature: float,
-                   top_k: int | None, overflow: str) -> None:
-    """Refuse bad arguments, and (overflow="error") positions a learned table cannot hold, before any kernel runs."""
-    if ids.ndim != 2 or ids.shape[1] == 0:
-        raise ValueError(f"expected prompt ids of shape (B, N) with N >= 1, found {tuple(ids.shape)}")
-    if max_new_tokens < 0 or temperature < 0 or (top_k is not None and top_k < 1):
-        raise ValueError(f"expected max_new_tokens >= 0, temperature >= 0, top_k >= 1; found "
-                         f"{max_new_tokens}, {temperature}, {top_k}")
-    if overflow not in ("slide", "error"):
-        raise ValueError(f"expected overflow 'slide' or 'error', found {overflow!r}")
+def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
+                  top_k: int | None = None, overflow: str = "slide", seed: int | None = None,
+                  vocab_limit: int | None = None) -> None:
+    """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
+    and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
+    all before it generates the first."""
+    _check_ids(ids)
+    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                               overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
     limit = model.positional.max_positions
     n_prompt = ids.shape[1]
     end = n_prompt + max_new_tokens
@@ -133,6 +142,18 @@ def _check_request(model: Transformer, ids: torch.Tensor, max_new_tokens: int, t
             hint=f"{fix}, let generation slide over the last {limit} tokens ({{overflow}}), "
                  "or use sinusoidal/rope positions",
             names={"overflow": 'overflow="slide"'}))
+
+
+def _check_ids(ids: object) -> None:
+    """Prompt ids are a (B, N) tensor of integers, N >= 1: a float or bool tensor is refused, not cast."""
+    if not isinstance(ids, torch.Tensor):
+        raise InputError(Problem(path="ids", expected="a (B, N) tensor of token ids", found=type(ids).__name__))
+    if ids.ndim != 2 or ids.shape[1] == 0:
+        raise InputError(Problem(path="ids", expected="prompt ids of shape (B, N) with N >= 1",
+                                 found=f"shape {tuple(ids.shape)}"))
+    if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise InputError(Problem(path="ids", expected="integer token ids (torch.long)", found=str(ids.dtype),
+                                 hint="token ids are indices: convert them with ids.long() if they are whole"))
 
 
 def _positionwise_head(model: Transformer) -> bool:
