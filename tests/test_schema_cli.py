@@ -64,7 +64,7 @@ def test_an_existing_file_is_refused_without_force_and_replaced_with_it(capsys, 
     before = target.read_text()
     code, out, err = run(capsys, "schema", "--out", str(target))
     assert (code, out) == (2, "")
-    assert err == f"blockspec: error: {target}: already exists; pass --force to replace it\n"
+    assert err == f"blockspec: error: --out: {target}: already exists; pass --force to replace it\n"
     assert target.read_text() == before
     assert run(capsys, "schema", "--out", str(target), "--force")[0] == 0
     assert target.read_text() != before
@@ -90,4 +90,4 @@ def test_out_into_a_missing_folder_is_one_line_and_creates_nothing(capsys, tmp_p
 
 def test_out_naming_a_folder_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "schema", "--out", str(tmp_path))
-    assert code == 2 and err == f"blockspec: error: {tmp_path}: is a directory; expected a file name\n"
+    assert code == 2 and err == f"blockspec: error: --out: {tmp_path}: is a directory; expected a file name\n"

@@ -32,8 +32,8 @@ def add_parser(subparsers) -> None:
     add_training_arguments(parser)  # each run trains as `blockspec train` would
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    parser.add_argument("--force", action="store_true", help="retrain the runs whose base (spec, data, settings) or "
-                        "steps changed; the folder's other runs and files stay")
+    parser.add_argument("--force", action="store_true", help="replace the runs whose base (spec, data, "
+                        "settings) or steps changed, retraining them; the folder's other runs and files stay")
     add_json_argument(parser, "a JSON summary at the end instead of a line per run")
     parser.set_defaults(run=run)
 
