@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
-from blockspec.errors import InputError, Problem, TokenIdError
+from blockspec.errors import TokenIdError
 from blockspec.modules.dropout import dropped
+from blockspec.modules.token_ids import check_token_ids
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.modules.taps import tap, tapping
 
@@ -85,7 +86,7 @@ class Transformer(nn.Module):
         as in nanoGPT (no silent reshaping: the output's shape always follows the input's).
         An id outside 0..|V|-1 is a ``TokenIdError`` (also an ``IndexError``) naming it (``_embed``).
         """
-        self._check_shape(ids)
+        check_token_ids(ids)
         for positional in self.positionals:
             positional.check_length(start + ids.shape[-1])
         if cache is not None:
@@ -109,19 +110,6 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.head(x)
-
-    @staticmethod
-    def _check_shape(ids: torch.Tensor) -> None:
-        """A tensor of integer ids (what the embedding takes) shaped (B, N): an InputError naming what came."""
-        if not isinstance(ids, torch.Tensor):
-            raise InputError(Problem(path="ids", expected="a tensor of token ids (B, N)", found=type(ids).__name__,
-                                     hint="torch.tensor(ids)"))
-        if ids.dtype not in (torch.long, torch.int32):
-            raise InputError(Problem(path="ids", expected="integer token ids (torch.long or torch.int32)",
-                                     found=str(ids.dtype), hint="ids.long(), if they hold whole numbers"))
-        if ids.dim() != 2:
-            hint = "; add a batch dimension: ids[None]" if ids.dim() == 1 else ""
-            raise InputError(f"expected token ids of shape (B, N), found {tuple(ids.shape)}{hint}")
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The token embedding, (B, N) -> (B, N, d); an id outside the vocabulary is a TokenIdError naming it.

@@ -9,9 +9,10 @@ from typing import Literal
 import torch
 
 from blockspec.assembly.memory import check_fits, generation_estimate
-from blockspec.errors import ContextLengthError, InputError, Problem
+from blockspec.errors import ContextLengthError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
+from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.train.generation_bounds import check_generation_arguments
 
@@ -126,7 +127,7 @@ def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int,
     """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
     and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
     all before it generates the first."""
-    _check_ids(ids)
+    check_token_ids(ids, min_length=1)
     check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
                                overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
     limit = model.positional.max_positions
@@ -142,18 +143,6 @@ def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int,
             hint=f"{fix}, let generation slide over the last {limit} tokens ({{overflow}}), "
                  "or use sinusoidal/rope positions",
             names={"overflow": 'overflow="slide"'}))
-
-
-def _check_ids(ids: object) -> None:
-    """Prompt ids are a (B, N) tensor of integers, N >= 1: a float or bool tensor is refused, not cast."""
-    if not isinstance(ids, torch.Tensor):
-        raise InputError(Problem(path="ids", expected="a (B, N) tensor of token ids", found=type(ids).__name__))
-    if ids.ndim != 2 or ids.shape[1] == 0:
-        raise InputError(Problem(path="ids", expected="prompt ids of shape (B, N) with N >= 1",
-                                 found=f"shape {tuple(ids.shape)}"))
-    if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
-        raise InputError(Problem(path="ids", expected="integer token ids (torch.long)", found=str(ids.dtype),
-                                 hint="token ids are indices: convert them with ids.long() if they are whole"))
 
 
 def _positionwise_head(model: Transformer) -> bool:
