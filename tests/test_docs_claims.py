@@ -18,6 +18,7 @@ from blockspec.interop import export_hf
 from blockspec.interop.families import FAMILIES
 
 from .corpus import shakespeare_path
+from .specs import spec_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -132,29 +133,8 @@ tied = true
 logit_softcap = 30.0
 """
 
-LLAMA_STYLE = """[model]
-name = "tiny-llama"
-vocab_size = 96
-context_length = 32
-d_model = 32
-n_layers = 4
-n_heads = 4
-d_ff = 64
-bias = false
-
-[positional]
-use = "rope"
-
-[norm]
-use = "rmsnorm"
-
-[activation]
-use = "swiglu"
-
-[head]
-use = "lm"
-tied = false
-"""
+LLAMA_STYLE = spec_text(name="tiny-llama", vocab_size=96, context_length=32, d_model=32, n_layers=4, n_heads=4,
+                        d_ff=64, bias=False, positional="rope", norm="rmsnorm", activation="swiglu", tied=False)
 
 
 def test_the_export_rule_is_stated_as_it_is():
