@@ -173,3 +173,40 @@ def test_the_readme_says_where_the_example_data_comes_from():
 def test_the_stated_size_of_the_data_is_the_files():
     text = shakespeare_path().read_text(encoding="utf-8")
     assert (len(text), len(set(text))) == (1_115_394, 65)
+
+
+# -- every flag the docs give a command is one it takes ----------------------------------------------
+
+def command_flags() -> dict[str, set[str]]:
+    """Each command (and `tokenizer train`, `data prepare`) with the option strings its parser takes."""
+    parser = make_parser()
+    (commands,) = [a for a in parser._actions if a.dest == "command"]
+    found = {}
+    for name, sub in commands.choices.items():
+        actions = [a for a in sub._actions if a.dest == "action"]
+        for key, each in ({f"{name} {a}": p for a, p in actions[0].choices.items()} if actions else {name: sub}).items():
+            found[key] = {option for action in each._actions for option in action.option_strings}
+    return found
+
+
+def documented_invocations() -> list[tuple[str, str, str]]:
+    """(page, command, text) for every `blockspec CMD ...` in a code block line or an inline code span."""
+    pages = {"README.md": README, **{f"docs/{name}": text for name, text in DOCS.items()}}
+    pattern = re.compile(r"(?:^|`|\$ |\s)blockspec ((?:[a-z][\w-]*)(?: (?:train|prepare))?)\b([^`\n]*)", re.MULTILINE)
+    known = command_flags()
+    return [(page, m.group(1) if m.group(1) in known else m.group(1).split()[0], m.group(2))
+            for page, text in pages.items() for m in pattern.finditer(text)
+            if m.group(1) in known or m.group(1).split()[0] in known]
+
+
+def test_every_flag_the_docs_give_a_command_is_one_it_takes():
+    known = command_flags()
+    wrong = sorted({(page, command, flag) for page, command, text in documented_invocations()
+                    for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", text.split("#")[0])
+                    if flag not in known[command] | {"--help"}})
+    assert not wrong, wrong
+
+
+def test_the_flag_check_reads_the_docs():
+    invocations = documented_invocations()
+    assert {"train", "generate", "tokenizer train", "data prepare", "sweep", "trace"} <= {c for _, c, _ in invocations}
