@@ -1,11 +1,13 @@
-"""The chapter's lab: learned vs sinusoidal positions on Tiny Shakespeare, same seed, same batches.
+"""The chapter's lab: learned vs sinusoidal positions on Tiny Shakespeare, same seeds, same batches.
 
-    python examples/ablate_positional.py [--steps 600] [--plot ablation.png] [--json]
+    python examples/ablate_positional.py [--steps 600] [--seeds 0,1,2] [--plot ablation.png] [--json]
 
 Trains examples/specs/tiny-shakespeare.toml (a learned 64 x 64 position table) and
 tiny-shakespeare-sinusoidal.toml (fixed sinusoids, no parameters) with identical
 settings: batch k of both runs is the same batch. Prints both validation losses and the
-parameter difference (the table's 64 * 64 = 4,096 entries).
+parameter difference (the table's 64 * 64 = 4,096 entries); with several seeds, each
+variant's mean ± sample standard deviation, every seed's loss and the paired difference,
+because at the chapter's settings one seed's figure moves by more than the gap between them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +30,7 @@ from blockspec.train.loop import Trainer, make_config
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"learned": ROOT / "examples/specs/tiny-shakespeare.toml",
          "sinusoidal": ROOT / "examples/specs/tiny-shakespeare-sinusoidal.toml"}
-DEFAULT_DATA = Path(os.environ.get("BLOCKSPEC_DATA", ROOT.parent / "shared/data/tinyshakespeare.txt"))
+DEFAULT_DATA = Path(os.environ.get("BLOCKSPEC_DATA", "tinyshakespeare.txt"))  # the README says where it comes from
 
 
 def parse_args() -> argparse.Namespace:
@@ -36,7 +39,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="one seed (default 0)")
+    parser.add_argument("--seeds", type=seed_list, metavar="S1,S2", help="several seeds, e.g. 0,1,2 (replaces --seed)")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--embedding-std", type=float, help="override the specs' [init] embedding_std: the token "
                         "embedding ~ N(0, std^2) (the shipped specs set 1.0; without [init], GPT-2's 0.02)")
@@ -48,19 +52,31 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.chapter:  # a from-scratch model: nn.Embedding's N(0, 1), on the scale of the amplitude-1 sinusoids
         args.embedding_std, args.lr, args.batch_size = 1.0, 1e-2, 64
+    args.seeds = args.seeds or [args.seed]
     return args
 
 
-def train_one(name: str, data: CharDataset, args: argparse.Namespace, registry) -> dict:
+def seed_list(text: str) -> list[int]:
+    """"0,1,2" -> [0, 1, 2]: distinct integers, since a repeated seed is the same run twice."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, found {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"a seed given twice in {text!r} would train the same run twice")
+    return seeds
+
+
+def train_one(name: str, data: CharDataset, args: argparse.Namespace, registry, seed: int) -> dict:
     spec = blockspec.load_spec(SPECS[name], registry)
     if args.embedding_std is not None:  # the spec's own [init], changed: build() draws it like any other
         spec = attrs.evolve(spec, init=attrs.evolve(spec.init, embedding_std=args.embedding_std))
-    config = make_config({"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
+    config = make_config({"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seed": seed,
                           "eval_every": args.eval_every})
-    model = blockspec.build(spec, registry=registry, seed=args.seed)
+    model = blockspec.build(spec, registry=registry, seed=seed)
     trainer = Trainer(model, data, config)
     started = time.perf_counter()
-    trainer.run(on_eval=lambda t, e: print(f"  {name:<10} step {e.step:>4}  val {e.val_loss:.4f}",
+    trainer.run(on_eval=lambda t, e: print(f"  {name:<10} seed {seed} step {e.step:>4}  val {e.val_loss:.4f}",
                                             file=sys.stderr, flush=True))
     last = trainer.history.evals[-1]
     return {"spec": spec.source, "embedding_std": spec.init.token_embedding_std, "parameters": blockspec.count_parameters(spec, registry).exact,
@@ -74,31 +90,49 @@ def main() -> int:
     registry = blockspec.load_registry()
     try:
         data = CharDataset.from_file(args.data)
-        runs = {name: train_one(name, data, args, registry) for name in SPECS}
+        runs = {name: [train_one(name, data, args, registry, seed) for seed in args.seeds] for name in SPECS}
     except blockspec.BlockspecError as error:
         print(f"ablate_positional: error: {error}", file=sys.stderr)
         return 2
     if args.plot:
         from blockspec.train.plot import plot_losses
 
-        plot_losses({n: r["history"] for n, r in runs.items()}, args.plot,
-                    title=f"learned vs sinusoidal positions, {args.steps} steps, seed {args.seed}")
+        seeds = ",".join(map(str, args.seeds))
+        plot_losses({f"{n} seed {s}": r["history"] for n, rs in runs.items() for s, r in zip(args.seeds, rs)},
+                    args.plot, title=f"learned vs sinusoidal positions, {args.steps} steps, seeds {seeds}")
     report(runs, args)
     return 0
 
 
+def spread(values: list[float]) -> dict:
+    """Mean and sample standard deviation (0 for one value), with the values themselves."""
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.fmean(values), "std": std, "runs": values}
+
+
+def summary(runs: list[dict]) -> dict:
+    """One variant over its seeds: parameters, train and validation loss spread, seconds per run."""
+    return {"spec": runs[0]["spec"], "embedding_std": runs[0]["embedding_std"], "parameters": runs[0]["parameters"],
+            "train_loss": spread([r["train_loss"] for r in runs]), "val_loss": spread([r["val_loss"] for r in runs]),
+            "seconds": [r["seconds"] for r in runs]}
+
+
 def report(runs: dict, args: argparse.Namespace) -> None:
-    difference = runs["learned"]["parameters"] - runs["sinusoidal"]["parameters"]
+    variants = {name: summary(rs) for name, rs in runs.items()}
+    difference = variants["learned"]["parameters"] - variants["sinusoidal"]["parameters"]
+    gap = spread([a["val_loss"] - b["val_loss"] for a, b in zip(runs["learned"], runs["sinusoidal"])])
     if args.json:
-        body = {n: {k: v for k, v in r.items() if k != "history"} for n, r in runs.items()}
-        print(json.dumps({**body, "parameter_difference": difference, "steps": args.steps,
-                          "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed,
-                          "embedding_std": {n: r["embedding_std"] for n, r in runs.items()}}))
+        print(json.dumps({**variants, "val_loss_difference": gap, "parameter_difference": difference,
+                          "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "seeds": args.seeds}))
         return
-    print(f"{'positions':<12}{'parameters':>12}{'train loss':>12}{'val loss':>10}{'seconds':>9}")
-    for name, run in runs.items():
-        print(f"{name:<12}{run['parameters']:>12,}{run['train_loss']:>12.4f}{run['val_loss']:>10.4f}"
-              f"{run['seconds']:>9.1f}")
+    print(f"{'positions':<12}{'parameters':>12}{'seeds':>7}{'train loss':>18}{'val loss':>18}")
+    for name, row in variants.items():
+        train, val = row["train_loss"], row["val_loss"]
+        print(f"{name:<12}{row['parameters']:>12,}{len(args.seeds):>7}{train['mean']:>10.4f} ± {train['std']:.4f}"
+              f"{val['mean']:>10.4f} ± {val['std']:.4f}")
+    for name, row in variants.items():
+        print(f"{name} val loss per seed: " + ", ".join(f"{s}: {v:.4f}" for s, v in zip(args.seeds, row["val_loss"]["runs"])))
+    print(f"learned - sinusoidal, val loss, paired over seeds: {gap['mean']:+.4f} ± {gap['std']:.4f}")
     print(f"parameter difference: {difference:,} (the learned 64 x 64 position table)")
 
 
