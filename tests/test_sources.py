@@ -120,7 +120,7 @@ def tiny(example_spec, registry):
 
 
 def test_one_dimensional_ids_ask_for_a_batch_dimension(tiny):
-    with pytest.raises(blockspec.InputError, match=r"expected token ids of shape \(B, N\), found \(3,\); "
+    with pytest.raises(blockspec.InputError, match=r"expected token ids of shape \(B, N\), found shape \(3,\); "
                                                    r"add a batch dimension: ids\[None\]"):
         tiny(torch.tensor([1, 2, 3]))
     assert tiny(torch.tensor([1, 2, 3])[None]).shape == (1, 3, 65)

@@ -133,8 +133,8 @@ def world(tmp_path, one_thread):
     return tmp_path
 
 
-def train_argv(world: Path, out: Path, *extra: str) -> list[str]:
-    return ["train", str(world / "spec.toml"), "--data", str(world / "play.txt"), "--steps", str(STEPS),
+def train_argv(world: Path, out: Path, *extra: str, steps: int = STEPS) -> list[str]:
+    return ["train", str(world / "spec.toml"), "--data", str(world / "play.txt"), "--steps", str(steps),
             "--out", str(out), *FAST, *extra]
 
 
@@ -210,7 +210,7 @@ def test_sigint_at_random_points_of_train_saves_a_checkpoint_that_resumes_bit_fo
 
 def test_a_second_sigint_during_the_save_leaves_the_old_checkpoint_whole(world, context):
     out = world / "ckpt"
-    assert main(train_argv(world, out, "--steps", "4")) == 0
+    assert main(train_argv(world, out, steps=4)) == 0
     before = snapshot(world)
     rng = random.Random(SEED)
     interrupted_mid_save = 0
@@ -229,7 +229,7 @@ def test_a_second_sigint_during_the_save_leaves_the_old_checkpoint_whole(world, 
             step = int(line.split("after saving step ")[1].split()[0])
             assert line.endswith(f"after saving step {step} to {out}\n") and record(out)[0]["step"] == step
             assert blockspec.load(out) is not None and not staging_left(world)
-            assert main(train_argv(world, out, "--steps", "4", "--force")) == 0  # the old one back, for the next
+            assert main(train_argv(world, out, "--force", steps=4)) == 0  # the old one back, for the next
             before = snapshot(world)
         interrupted_mid_save += "while saving" in line
     assert interrupted_mid_save >= ROUNDS
