@@ -165,3 +165,18 @@ def test_the_moe_shared_experts_reuse_the_dense_ffn():
 
     assert issubclass(SharedExperts, blockspec.plugin.FeedForward)
 
+
+
+def test_the_trace_module_imports_by_its_public_name_without_a_warning():
+    """``blockspec.trace`` is the callable trace module, so ``from blockspec.trace import trace`` is a path users write."""
+    result = run_python("""
+        import warnings, json
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import blockspec
+            from blockspec.trace import Trace, trace
+            same = blockspec.trace.trace is trace and blockspec.trace.Trace is Trace
+        print(json.dumps({"same": same, "warnings": [str(w.message) for w in caught]}))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"same": True, "warnings": []}

@@ -37,6 +37,9 @@ MOVED = {
     "train.data": "data.dataset", "checkpoint.outputs": "outputs",
 }
 PREFIX = "blockspec."
+# Public names that are modules elsewhere: ``blockspec.trace`` is the callable trace module, so
+# ``from blockspec.trace import trace, Trace`` is a path users write; it resolves without a warning.
+ALIASES = {"trace": "inspect.trace"}
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
@@ -45,7 +48,10 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
         if not fullname.startswith(PREFIX):
             return None
-        new = new_name(fullname.removeprefix(PREFIX))
+        old = fullname.removeprefix(PREFIX)
+        if old in ALIASES:
+            return importlib.util.spec_from_loader(fullname, _AliasLoader(PREFIX + ALIASES[old], warn=False))
+        new = new_name(old)
         return None if new is None else importlib.util.spec_from_loader(fullname, _AliasLoader(PREFIX + new))
 
 
@@ -62,12 +68,14 @@ def new_name(old: str) -> str | None:
 class _AliasLoader(importlib.abc.Loader):
     """Hands out the module at its new place, under the old name too."""
 
-    def __init__(self, new_name: str) -> None:
+    def __init__(self, new_name: str, *, warn: bool = True) -> None:
         self.new_name = new_name
+        self.warn = warn
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
-        warnings.warn(f"{spec.name} moved to {self.new_name}; import it from there",
-                      DeprecationWarning, stacklevel=2)
+        if self.warn:
+            warnings.warn(f"{spec.name} moved to {self.new_name}; import it from there",
+                          DeprecationWarning, stacklevel=2)
         module = import_module(self.new_name)
         self.real_spec = module.__spec__
         return module
