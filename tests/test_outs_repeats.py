@@ -152,3 +152,20 @@ def test_a_prompt_generate_would_refuse_stops_the_command_before_the_first_is_ge
     monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("generated before every prompt was checked"))
     code, out, err = generated(capsys, assets, "--prompt", "ab", "--prompt", "a" * 70, "--overflow", "error")
     assert code == 2 and not out and "the prompt is too long" in err, err
+
+
+@pytest.mark.parametrize("argv", [["--registry", "a.toml", "list", "--registry", "b.toml"],
+                                  ["--registry=a.toml", "check", "x.toml", "--registry=b.toml"]])
+def test_registry_before_and_after_the_command_is_given_twice(capsys, no_run, argv):
+    """The command parses its own flags apart from blockspec's, so the rule is asked across the two."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out
+    assert err == "blockspec: error: --registry given twice: a.toml and b.toml (see blockspec --help)\n"
+
+
+@pytest.mark.parametrize("argv", [["--registry", "a.toml", "list"], ["list", "--registry", "a.toml"]])
+def test_registry_once_either_side_of_the_command_is_taken(monkeypatch, argv):
+    seen = []
+    from blockspec.cli import list_cmd
+    monkeypatch.setattr(list_cmd, "run", lambda args: seen.append(args.registry) or 0)
+    assert main(argv) == 0 and seen == ["a.toml"]

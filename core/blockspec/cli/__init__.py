@@ -66,6 +66,7 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(self.prog, re.sub(r"^argument ([^:]+): ", r"\1: ", message))
 
 
+REGISTRY_AFTER = "registry_after_command"
 REGISTRY_HELP = f"a registry file whose [policy] selects the plugins to load (or ${REGISTRY_ENV})"
 
 
@@ -77,9 +78,11 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_line(),
                         help="print blockspec's, Python's and torch's versions and exit")
     parser.add_argument("--registry", metavar="FILE", help=REGISTRY_HELP)
-    # the same --registry after the subcommand; SUPPRESS: absent there, it leaves the value given before it
+    # the same --registry after the subcommand, under its own name (the subcommand parses apart, so the
+    # repeat rule cannot see both); SUPPRESS: absent there, the value given before it stands
     shared = _Parser(add_help=False)
-    shared.add_argument("--registry", metavar="FILE", default=argparse.SUPPRESS, help=REGISTRY_HELP)
+    shared.add_argument("--registry", metavar="FILE", dest=REGISTRY_AFTER, default=argparse.SUPPRESS,
+                        help=REGISTRY_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                        parser_class=_subparser_with([shared]))
     for command in COMMANDS:
@@ -141,6 +144,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     except SystemExit as done:  # --help, --version: printed; a return code, not an exception, for callers of main
         return done.code if isinstance(done.code, int) else 0
+    if hasattr(args, REGISTRY_AFTER):
+        after = vars(args).pop(REGISTRY_AFTER)
+        if args.registry is not None:
+            print_error(f"--registry given twice: {args.registry} and {after} (see blockspec --help)")
+            return 2
+        args.registry = after
     unparsed = _swallowed_values(parser, args)
     if unparsed is not None:
         print_error(f"{unparsed}: expected one value, found '--' (see blockspec {args.command} --help)")
