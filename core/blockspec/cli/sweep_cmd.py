@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
                                   add_memory_check_argument, emit_json, flag_names, memory_limit,
-                                  registry_with_warnings, resolve_device, seed_int)
+                                  registry_with_warnings, resolve_device)
+from blockspec.train.generation_bounds import SEEDS
 from blockspec.cli.training_flags import FLAGS as TRAINING_FLAGS
 from blockspec.cli.training_flags import add_training_arguments, training_settings
 
@@ -59,15 +60,11 @@ def parse_seeds(text: str) -> list[int]:
     if not all(re.fullmatch(r"-?\d+", t) for t in items):
         raise UsageError(f"--seeds: expected integers separated by commas (e.g. 0,1,2), found {text!r:.60}")
     seeds = [int(t) for t in items]
-    for seed in seeds:
-        seed_int(str(seed)) if -(2**63) <= seed < 2**64 else _bad_seed(text)
+    if not all(SEEDS[0] <= seed <= SEEDS[1] for seed in seeds):
+        raise UsageError(f"--seeds: expected integers from {SEEDS[0]} to {SEEDS[1]}, found {text!r:.60}")
     if len(set(seeds)) != len(seeds):
         raise UsageError(f"--seeds: expected distinct seeds, found {text!r:.60}")
     return seeds
-
-
-def _bad_seed(text: str) -> None:
-    raise UsageError(f"--seeds: expected integers from {-(2**63)} to {2**64 - 1}, found {text!r:.60}")
 
 
 def run(args: argparse.Namespace) -> int:
