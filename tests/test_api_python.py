@@ -241,3 +241,14 @@ def test_an_error_names_the_path_once(tmp_path):
         blockspec.open_source(tmp_path)
     assert str(caught.value).count(str(tmp_path)) == 1, str(caught.value)
     assert Path(caught.value.problems[0].file) == tmp_path
+
+
+def test_trace_and_the_estimate_given_a_path_say_what_they_take(tmp_path):
+    """Siblings of build's path: each names the type it was given and what to call instead."""
+    import torch
+
+    spec_path = tmp_path / "x.toml"
+    with pytest.raises(blockspec.ArgumentTypeError, match=r"^model: expected a built model.*found str"):
+        blockspec.trace(str(spec_path), torch.tensor([[1, 2]]))
+    with pytest.raises(blockspec.ArgumentTypeError, match=r"^model: expected a ModelConfig.*found str"):
+        blockspec.estimate_parameters(str(spec_path))

@@ -14,6 +14,7 @@ from blockspec import _moved
 from blockspec.registry.specs import load_spec, loads_spec, structure_spec
 from blockspec.spec.convert import dump_spec, spec_to_dict
 from blockspec.errors import (
+    ArgumentTypeError,
     BlockspecError,
     CheckpointError,
     ContextLengthError,
@@ -85,6 +86,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "API_VERSION",
+    "ArgumentTypeError",
     "BlockspecError",
     "BuildContext",
     "CharTokenizer",

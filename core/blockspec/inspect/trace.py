@@ -35,7 +35,7 @@ from attrs import field, frozen
 from torch import nn
 
 from blockspec.assembly.memory import MemoryEstimate, Part, fitted, meta_model, weight_bytes
-from blockspec.errors import BlockspecError, Problem
+from blockspec.errors import ArgumentTypeError, BlockspecError, Problem
 from blockspec.inspect.capture import capture
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
@@ -118,6 +118,10 @@ def trace(model: Transformer, ids: torch.Tensor, *, start: int = 0) -> Trace:
 
     Runs under ``torch.no_grad`` and leaves the model as it was (mode, parameters, hooks).
     """
+    if not isinstance(model, torch.nn.Module):  # a path: trace takes the model, as the forward pass does
+        raise ArgumentTypeError(Problem(path="model", expected="a built model (torch.nn.Module)",
+                                        found=type(model).__name__,
+                                        hint="blockspec.load(path) for a checkpoint, blockspec.build(path) for a spec"))
     if ids.dim() != 2:
         raise TraceError(Problem(path="ids", expected="token ids of shape (B, N)",
                                  found=f"shape {tuple(ids.shape)}"))

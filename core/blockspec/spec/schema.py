@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from attrs import field, frozen
 
-from blockspec.errors import FieldError
+from blockspec.errors import ArgumentTypeError, FieldError, Problem
 from blockspec.spec.problems import flatten
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.validators import Check, FieldErrors
@@ -353,5 +353,10 @@ def _layer_component(spec: ModelSpec, kind: str, layer: int,
 
 
 def estimate_parameters(model: ModelConfig) -> int:
-    """The chapter's closed form: 12·L·d² (blocks) + |V|·d (embedding)."""
+    """The chapter's closed form: 12·L·d² (blocks) + |V|·d (embedding), from a spec's ``[model]`` table."""
+    if not isinstance(model, ModelConfig):  # a ModelSpec or a path: the table is what the formula reads
+        raise ArgumentTypeError(Problem(path="model", expected="a ModelConfig (a spec's .model)",
+                                        found=type(model).__name__,
+                                        hint="estimate_parameters(spec.model), or count_parameters(path) for the "
+                                             "exact count and the estimate"))
     return 12 * model.n_layers * model.d_model**2 + model.vocab_size * model.d_model
