@@ -122,3 +122,9 @@ def test_resuming_a_checkpoint_written_without_bits_per_byte(tmp_path, text_file
     evals = training.execute(run, training.start(run, registry=blockspec.load_registry())).history.evals
     assert [e.step for e in evals] == [2, 4, 6]
     assert [e.val_bpb is None for e in evals] == [True, True, False]
+
+
+def test_data_prepare_says_each_splits_bytes(tmp_path, text_file, capsys):
+    assert main(["data", "prepare", str(text_file), "--tokenizer", "char", "--out", str(tmp_path / "d"), "--quiet"]) == 0
+    meta = json.loads((tmp_path / "d" / META_FILE).read_text())
+    assert f"({meta['bytes']['train']:,} and {meta['bytes']['val']:,} bytes of text;" in capsys.readouterr().out
