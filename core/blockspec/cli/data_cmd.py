@@ -42,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(meta)
     else:
-        tokens = meta["tokens"]
+        tokens, size = meta["tokens"], meta["bytes"]
         print(f"wrote {args.out}: {tokens['train']:,} train and {tokens['val']:,} validation tokens "
-              f"({meta['dtype']}, {meta['vocab_size']} tokens in the vocabulary)")
+              f"({size['train']:,} and {size['val']:,} bytes of text; {meta['dtype']}, {meta['vocab_size']} tokens "
+              "in the vocabulary)")
     return 0
 

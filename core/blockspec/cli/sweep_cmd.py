@@ -12,6 +12,7 @@ from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument,
 from blockspec.train.generation_bounds import SEEDS
 from blockspec.cli.training_flags import FLAGS as TRAINING_FLAGS
 from blockspec.cli.training_flags import add_training_arguments, training_settings
+from blockspec.cli.train_cmd import bits_per_byte_text
 
 if TYPE_CHECKING:
     from blockspec.train.progress import Progress
@@ -116,5 +117,6 @@ class _Report:
             done = "already done" if result.skipped else f"{result.tokens_per_s:,.0f} tok/s"
             if result.continued_from:
                 done += f", continued from step {result.continued_from}"
-            self.progress.write(f"{name}: train {last.train_loss:.4f}  val {last.val_loss:.4f}  ({done})")
+            self.progress.write(f"{name}: train {last.train_loss:.4f}  val {last.val_loss:.4f}"
+                                f"{bits_per_byte_text(last)}  ({done})")
         self.progress.advance()

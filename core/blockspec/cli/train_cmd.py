@@ -126,8 +126,13 @@ class _Bar:
     def evaluation(self, trainer, evaluation, meter) -> None:
         if self.talk:
             self.progress.write(f"step {evaluation.step:>5}/{trainer.config.steps}  train {evaluation.train_loss:.4f}"
-                                f"  val {evaluation.val_loss:.4f}  {meter.tokens_per_s():,.0f} tok/s"
+                                f"  val {evaluation.val_loss:.4f}{bits_per_byte_text(evaluation)}  {meter.tokens_per_s():,.0f} tok/s"
                                 f"  {meter.seconds():.1f}s")
+
+
+def bits_per_byte_text(evaluation) -> str:
+    """The validation bits per byte as train's and sweep's lines show it ("" when it was not measured)."""
+    return "" if evaluation.val_bpb is None else f" ({evaluation.val_bpb:.4f} bits/byte)"
 
 
 def _plot(args: argparse.Namespace, name: str, history) -> None:
@@ -139,7 +144,7 @@ def _plot(args: argparse.Namespace, name: str, history) -> None:
 
 def _summarize(args: argparse.Namespace, outcome, world_size: int) -> None:
     last = outcome.history.evals[-1]
-    summary = {"steps": outcome.step, "train_loss": last.train_loss, "val_loss": last.val_loss,
+    summary = {"steps": outcome.step, "train_loss": last.train_loss, "val_loss": last.val_loss, "val_bpb": last.val_bpb,
                "tokens_per_s": round(outcome.tokens_per_s, 1), "seconds": round(outcome.seconds, 3),
                "world_size": world_size, "checkpoint": args.out, "plot": args.plot}
     if outcome.peak_flops:  # only against a rate measured on this device (CUDA); none on a CPU
@@ -148,6 +153,6 @@ def _summarize(args: argparse.Namespace, outcome, world_size: int) -> None:
     if args.json:
         emit_json(summary)
     else:
-        print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}, "
+        print(f"done: {summary['steps']} steps, train {last.train_loss:.4f}, val {last.val_loss:.4f}{bits_per_byte_text(last)}, "
               f"{summary['tokens_per_s']:,.0f} tok/s, {summary['seconds']:.1f}s"
               + (f"; checkpoint {args.out}" if args.out else ""), file=sys.stdout, flush=True)

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from blockspec.errors import BlockspecError
+from blockspec.data.measure import TextSize, decoded_size
 from blockspec.data.textfiles import TextFileError, chunks
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 
@@ -40,6 +41,10 @@ class Dataset(Protocol):
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
+    def split_size(self, split: str) -> tuple[int, TextSize]:
+        """A split's tokens and the size of the text they decode to (what bits per byte divides by)."""
+        ...
+
 
 class CharDataset:
     """Token ids of a text, the first 90% for training and the rest for validation."""
@@ -48,6 +53,7 @@ class CharDataset:
         self.tokenizer, self.source = tokenizer, source
         cut = int(len(ids) * TRAIN_FRACTION)
         self.splits = {"train": ids[:cut], "val": ids[cut:]}
+        self._sizes: dict[str, TextSize] = {}
 
     @classmethod
     def from_text(cls, text: str, tokenizer: CharTokenizer | HFTokenizer | None = None, *,
@@ -77,6 +83,12 @@ class CharDataset:
                             f"{self.tokenizer.vocab_size}")
         unit = "characters" if isinstance(self.tokenizer, CharTokenizer) else "tokens"  # a checkpoint's subwords
         check_windows(self.source, self.splits, context_length, unit=unit, remedy="use a longer text")
+
+    def split_size(self, split: str) -> tuple[int, TextSize]:
+        """The split's ids and the size of its text (its characters' UTF-8 bytes), decoded once."""
+        if split not in self._sizes:
+            self._sizes[split] = decoded_size(self.tokenizer, self.splits[split].tolist())
+        return len(self.splits[split]), self._sizes[split]
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``size`` random windows: inputs x and next-character targets y, (size, length) each."""

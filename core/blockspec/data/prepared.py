@@ -32,6 +32,7 @@ from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
 from blockspec.data.dataset import TRAIN_FRACTION, DataError, check_windows, window_offsets
+from blockspec.data.measure import TextSize, streamed_size
 from blockspec.data.textfiles import check_text_files, chunks
 from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, end_of_text,
                                       tokenizer_bytes, tokenizer_from_bytes)
@@ -43,6 +44,7 @@ SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
+DECODE_TOKENS = 1 << 20  # tokens decoded at a time when a split's bytes are counted
 LINE_BREAK = "\n"
 # what ``data prepare --force`` may replace: a directory holding what prepare writes and nothing else
 PREPARED = directory_kind("a prepared dataset", markers=(META_FILE,),
@@ -102,11 +104,13 @@ def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
         for ids in _encoded(paths, tokenizer, progress):
             np.asarray(ids, dtype=dtype).tofile(stream)
     counts = _split(folder, dtype)
+    sizes = {split: split_text_size(tokenizer, _read_split(folder, split, dtype, counts[split])) for split in counts}
     (folder / TOKENIZER_FILE).write_bytes(tokenizer_bytes(tokenizer))
     meta = {"format": FORMAT, "version": VERSION, "tokenizer_sha256": tokenizer_sha256(tokenizer),
             "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
             "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths],
-            "separator": separator(tokenizer)}
+            "separator": separator(tokenizer), "bytes": {split: size.bytes for split, size in sizes.items()},
+            "characters": {split: size.characters for split, size in sizes.items()}}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
 
@@ -166,6 +170,18 @@ def _split(folder: Path, dtype: np.dtype) -> dict[str, int]:
     return {"train": cut, "val": total - cut}
 
 
+def split_text_size(tokenizer: AnyTokenizer, ids: np.ndarray) -> TextSize:
+    """The size of the text a split's ids decode to, a block of ``DECODE_TOKENS`` at a time (constant memory)."""
+    blocks = (ids[start : start + DECODE_TOKENS].tolist() for start in range(0, len(ids), DECODE_TOKENS))
+    return streamed_size(tokenizer, blocks)
+
+
+def _read_split(folder: Path, split: str, dtype: np.dtype, tokens: int) -> np.ndarray:
+    if tokens == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(folder / SPLIT_FILES[split], dtype=dtype, mode="r", shape=(tokens,))
+
+
 # ---------------------------------------------------------------- reading
 
 # Module-level aliases: a lambda inside a class's (string) annotation cannot see this module's names.
@@ -196,6 +212,8 @@ class MetaDocument:
     tokens: SplitCounts
     sources: list[str]
     separator: str | None = None  # what went between two files (datasets prepared before it was recorded: None)
+    bytes: SplitCounts | None = None  # UTF-8 bytes of each split's tokens decoded (older datasets: None)
+    characters: SplitCounts | None = None  # and their characters
 
 
 class PreparedDataset:
@@ -206,6 +224,17 @@ class PreparedDataset:
         self.meta = _read_meta(Path(directory))
         self.tokenizer = _read_tokenizer(Path(directory), self.meta)
         self.splits = {split: _memmap(Path(directory), split, self.meta) for split in SPLIT_FILES}
+        self._sizes: dict[str, TextSize] = {}
+
+    def split_size(self, split: str) -> tuple[int, TextSize]:
+        """The split's tokens and the size of their text: as meta.json records it, or (a dataset prepared
+        before it did) decoded once."""
+        if split not in self._sizes:
+            recorded = self.meta.bytes is not None and self.meta.characters is not None
+            self._sizes[split] = (TextSize(bytes=getattr(self.meta.bytes, split),
+                                           characters=getattr(self.meta.characters, split)) if recorded
+                                  else split_text_size(self.tokenizer, self.splits[split]))
+        return len(self.splits[split]), self._sizes[split]
 
     def check_tokenizer(self, tokenizer: AnyTokenizer, *, source: str) -> None:
         """Refuse a model whose tokenizer (a checkpoint's) is not the one the data was tokenised with."""
@@ -265,6 +294,4 @@ def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:
         found = "no file" if size is None else f"{size} bytes"
         raise DataError(f"{path}: expected {expected} {meta.dtype} tokens ({expected * dtype.itemsize} bytes, "
                         f"per {META_FILE}), found {found}; prepare the data again")
-    if expected == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(expected,))
+    return _read_split(directory, split, dtype, expected)

@@ -54,6 +54,7 @@ FormatVersion = Annotated[int, Check(lambda version: version == VERSION, f"{VERS
 StepCount = Annotated[int, Check(lambda step: step >= 0, "a step count")]
 Seconds = Annotated[float, Check(lambda seconds: seconds >= 0, "a duration in seconds")]
 Loss = Annotated[Any, Check(lambda v: type(v) in (int, float), "a number")]  # nan and inf included: a run may diverge
+MaybeLoss = Annotated[Any, Check(lambda v: v is None or type(v) in (int, float), "a number or null")]
 ParamGroup = Annotated[dict[str, Any], Check(
     lambda group: isinstance(group.get("params"), list) and all(isinstance(n, str) for n in group["params"]),
     "an optimizer parameter group with a list of parameter names")]
@@ -64,6 +65,7 @@ class EvaluationRecord:
     step: int
     train_loss: Loss
     val_loss: Loss
+    val_bpb: MaybeLoss = None  # checkpoints written before bits per byte was measured have none
 
 
 @frozen(kw_only=True)

@@ -23,6 +23,7 @@ from blockspec.errors import FieldError, Problem
 from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.data.dataset import Dataset, batch_seed
+from blockspec.data.measure import mean_bits_per_byte
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
 from blockspec.train.finite import diverged, first_non_finite, non_finite
@@ -121,6 +122,7 @@ class Evaluation:
     step: int
     train_loss: float
     val_loss: float
+    val_bpb: float | None = None  # bits per byte of the validation text (None: recorded before it was measured)
 
 
 @attrs.define
@@ -136,6 +138,13 @@ class History:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> History:
         return cls(list(data["train"]), [Evaluation(**e) for e in data["evals"]])
+
+
+def validation_bpb(data: Dataset, val_loss: float) -> float | None:
+    """``val_loss`` as bits per byte of the validation split: the loss is a mean per token over sampled windows,
+    an estimate of the split's mean, so it is scaled by the split's tokens per byte (docs/training.md)."""
+    tokens, size = data.split_size("val")
+    return mean_bits_per_byte(val_loss, tokens, size)
 
 
 def auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
@@ -290,7 +299,8 @@ class Trainer:
         what = non_finite("evaluation's training loss", means["train"]) or non_finite("validation loss", means["val"])
         if what is not None:  # finite steps, then an update that overflowed
             raise diverged(self.step, self.config.steps, what, lr=self.config.lr_at(max(self.step - 1, 0)))
-        evaluation = Evaluation(step=self.step, train_loss=means["train"], val_loss=means["val"])
+        evaluation = Evaluation(step=self.step, train_loss=means["train"], val_loss=means["val"],
+                                val_bpb=validation_bpb(self.data, means["val"]))
         self.history.evals.append(evaluation)
         return evaluation
 

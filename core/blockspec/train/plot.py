@@ -52,8 +52,12 @@ def plot_losses(histories: Mapping[str, History], path: str | Path, *, title: st
                   label=f"{name} train")
         steps = [e.step for e in history.evals]
         axes.plot(steps, [e.val_loss for e in history.evals], "o-", color=color, label=f"{name} validation")
-    axes.set(xlabel="step", ylabel="cross-entropy (nats / character)", title=title)
+    axes.set(xlabel="step", ylabel="cross-entropy (nats / token)", title=title)
     axes.set_ylim(*_limits(histories))
+    scale = _bits_per_nat(histories)
+    if scale is not None:  # bits per byte is the loss times the validation text's tokens per byte / ln 2
+        axes.secondary_yaxis("right", functions=(lambda nats: nats * scale, lambda bits: bits / scale)).set_ylabel(
+            "validation bits per byte")
     axes.grid(alpha=0.3)
     axes.legend()
     try:
@@ -68,6 +72,14 @@ def save_figure(figure, path: str | Path) -> Path:
     with atomic_file(path) as staging:
         figure.savefig(staging, dpi=110, bbox_inches="tight")
     return Path(path)
+
+
+def _bits_per_nat(histories: Mapping[str, History]) -> float | None:
+    """The one factor from a loss to bits per byte that every run's evaluations share, or None."""
+    scales = {round(e.val_bpb / e.val_loss, 9) for h in histories.values() for e in h.evals
+              if e.val_bpb is not None and e.val_loss > 0}
+    complete = all(e.val_bpb is not None for h in histories.values() for e in h.evals)
+    return scales.pop() if complete and len(scales) == 1 else None
 
 
 def _limits(histories: Mapping[str, History]) -> tuple[float, float]:

@@ -201,7 +201,7 @@ def train_run(variant: Variant, seed: int, directory: Path, data: Dataset, setti
         return RunResult(variant, seed, directory, loop.History(), 0.0, skipped=True, diverged=recorded)
     step = saved_step(directory)
     if step is not None and step >= config.steps:
-        return _finished(variant, seed, directory, registry)
+        return _finished(variant, seed, directory, data)
     resume = load_checkpoint(directory, registry) if step is not None else None
     run = Run(spec=variant.spec, data=data, config=config, resume=resume, out=directory,
               checkpoint_every=checkpoint_every, replace_out=True, memory_check=memory_check, threads=threads)
@@ -232,12 +232,20 @@ def read_divergence(directory: Path) -> str | None:
         return None
 
 
-def _finished(variant: Variant, seed: int, directory: Path, registry: Registry) -> RunResult:
+def _finished(variant: Variant, seed: int, directory: Path, data: Dataset) -> RunResult:
     training = json.loads(read_extra_file(directory, TRAINING_FILE))
-    history = loop.History.from_dict(training["history"])
+    history = with_bits_per_byte(loop.History.from_dict(training["history"]), data)
     per_step = int(training["config"]["batch_size"]) * variant.spec.model.context_length
     rate = tokens_per_s(int(training["step"]), per_step, float(training.get("train_seconds", 0.0)))
     return RunResult(variant, seed, directory, history, rate, skipped=True)
+
+
+def with_bits_per_byte(history: loop.History, data: Dataset) -> loop.History:
+    """``history`` with the bits per byte of each evaluation recorded before training measured it: the same
+    figure from the same validation loss (its sample) and the same data's tokens per byte."""
+    evals = [e if e.val_bpb is not None else attrs.evolve(e, val_bpb=loop.validation_bpb(data, e.val_loss))
+             for e in history.evals]
+    return loop.History(history.train, evals)
 
 
 def run_sweep(spec: str | Path, data: str | Path, vary: Mapping[str, Sequence[str]], out: str | Path, *,
@@ -316,10 +324,13 @@ def summarize(variants: Sequence[Variant], runs: Sequence[RunResult]) -> list[di
         mine = [r for r in runs if r.variant is variant]
         train = [math.nan if r.diverged else r.history.evals[-1].train_loss for r in mine]
         val = [math.nan if r.diverged else r.history.evals[-1].val_loss for r in mine]
+        bpb = [math.nan if r.diverged or r.history.evals[-1].val_bpb is None else r.history.evals[-1].val_bpb
+               for r in mine]
         rows.append({**variant.values, "parameters": variant.parameters, "seeds": len(mine),
                      "diverged": sum(r.diverged is not None for r in mine),
                      "train_loss_mean": statistics.fmean(train), "train_loss_std": _std(train),
                      "val_loss_mean": statistics.fmean(val), "val_loss_std": _std(val),
+                     "val_bpb_mean": statistics.fmean(bpb), "val_bpb_std": _std(bpb),
                      "tokens_per_s": statistics.fmean(r.tokens_per_s for r in mine)})
     return rows
 
@@ -352,24 +363,28 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
 
 def _write_markdown(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
     keys = [k for k in rows[0] if k not in _NUMBERS]
-    header = [*keys, "parameters", "seeds", "train loss", "val loss", "tokens/s"]
+    header = [*keys, "parameters", "seeds", "train loss", "val loss", "val bits/byte", "tokens/s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         seeds = f"{row['seeds']} ({row['diverged']} diverged)" if row["diverged"] else str(row["seeds"])
         cells = [*(str(row[k]) for k in keys), f"{row['parameters']:,}", seeds,
                  f"{row['train_loss_mean']:.4f} ± {row['train_loss_std']:.4f}",
-                 f"{row['val_loss_mean']:.4f} ± {row['val_loss_std']:.4f}", f"{row['tokens_per_s']:,.0f}"]
+                 f"{row['val_loss_mean']:.4f} ± {row['val_loss_std']:.4f}",
+                 f"{row['val_bpb_mean']:.4f} ± {row['val_bpb_std']:.4f}", f"{row['tokens_per_s']:,.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return write_atomically(path, "\n".join(lines) + "\n")
 
 
 _NUMBERS = ("parameters", "seeds", "diverged", "train_loss_mean", "train_loss_std", "val_loss_mean", "val_loss_std",
-            "tokens_per_s")
+            "val_bpb_mean", "val_bpb_std", "tokens_per_s")
 
 
 def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
-    """Validation loss against step, one colour per variant, one line per seed. ImportError without matplotlib."""
+    """Validation bits per byte (or, for runs recorded without it, loss) against step, one colour per variant,
+    one line per seed. ImportError without matplotlib."""
     from blockspec.train.plot import pyplot as load_pyplot
+
+    in_bits = all(e.val_bpb is not None for run in runs for e in run.history.evals)
 
     pyplot = load_pyplot()
     figure, axes = pyplot.subplots(figsize=(8, 5))
@@ -377,9 +392,11 @@ def plot_curves(runs: Sequence[RunResult], path: Path) -> Path:
     for run in runs:
         color = labels.setdefault(run.variant.label, f"C{len(labels) % 10}")
         first = sum(r.variant.label == run.variant.label for r in runs[:runs.index(run)]) == 0
-        axes.plot([e.step for e in run.history.evals], [e.val_loss for e in run.history.evals], "o-", ms=3,
+        values = [e.val_bpb if in_bits else e.val_loss for e in run.history.evals]
+        axes.plot([e.step for e in run.history.evals], values, "o-", ms=3,
                   color=color, label=run.variant.label if first else None)
-    axes.set(xlabel="step", ylabel="validation cross-entropy (nats / token)", title="sweep: validation loss")
+    axes.set(xlabel="step", ylabel="validation bits per byte" if in_bits else "validation cross-entropy (nats / token)",
+             title="sweep: validation " + ("bits per byte" if in_bits else "loss"))
     axes.grid(alpha=0.3)
     axes.legend()
     try:
