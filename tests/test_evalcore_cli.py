@@ -10,24 +10,9 @@ import blockspec
 from blockspec.cli import main
 from blockspec.data.tokenizer import CharTokenizer, tokenizer_bytes
 
-SPEC = """
-[model]
-name = "tiny"
-vocab_size = 40
-context_length = 16
-d_model = 16
-n_layers = 1
-n_heads = 2
-d_ff = 32
-[positional]
-use = "learned"
-[norm]
-use = "layernorm"
-[activation]
-use = "gelu"
-[head]
-use = "lm"
-"""
+from .weights_helpers import GPT2_TEXT
+
+SPEC = GPT2_TEXT.format(tied="true")  # context_length 32
 TEXT = "the quick brown fox jumps over the lazy dog\n" * 8
 
 
@@ -59,7 +44,7 @@ def test_json_report_gives_every_figure_and_the_same_figure_twice(checkpoints, c
         reports.append(json.loads(out))
     assert reports[0] == reports[1]
     report = reports[0]
-    assert (report["tokens"], report["bytes"], report["context"], report["stride"]) == (len(TEXT) - 1, len(TEXT), 16, 4)
+    assert (report["tokens"], report["bytes"], report["context"], report["stride"]) == (len(TEXT) - 1, len(TEXT), 32, 4)
     assert report["bits_per_byte"] > 0 and report["perplexity"] > 1
 
 
@@ -67,7 +52,7 @@ def test_text_report_names_the_figures(checkpoints, capsys):
     root, ckpt, _ = checkpoints
     code, out, _ = run(capsys, ckpt, "--data", root / "text.txt", "--quiet")
     assert code == 0
-    assert "bits per byte" in out and "perplexity" in out and "stride 8" in out
+    assert "bits per byte" in out and "perplexity" in out and "stride 16" in out
 
 
 def test_a_tokenizer_can_be_given_for_a_source_without_one(checkpoints, capsys):
@@ -80,7 +65,7 @@ def test_a_tokenizer_can_be_given_for_a_source_without_one(checkpoints, capsys):
     ("empty", ["--data", "{empty}"], "is empty"),
     ("not utf-8", ["--data", "{latin}"], "is not UTF-8"),
     ("no tokenizer", ["--data", "{text}", "--source", "{without}"], "--tokenizer"),
-    ("context too long", ["--data", "{text}", "--context", "17"], "--context: expected a whole number of tokens from 1"),
+    ("context too long", ["--data", "{text}", "--context", "33"], "--context: expected a whole number of tokens from 1"),
     ("stride past context", ["--data", "{text}", "--context", "8", "--stride", "9"], "--stride: expected"),
     ("stride below 1", ["--data", "{text}", "--stride", "0"], "--stride"),
     ("a spec without weights", ["--data", "{text}", "--source", "{spec}"], "holds no weights"),

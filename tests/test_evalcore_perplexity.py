@@ -114,3 +114,18 @@ def test_a_bpe_text_read_in_pieces_has_the_whole_files_ids(tmp_path):
     read = TextTokens(tmp_path / "t.txt", tokenizer, piece_bytes=64)
     assert [i for piece in read for i in piece] == tokenizer.encode(text)
     assert read.size.bytes == len(text.encode("utf-8"))
+
+
+def test_a_prepared_dataset_is_scored_on_its_validation_split(exported, tmp_path):
+    from blockspec.data.prepared import PreparedDataset, prepare
+
+    checkpoint, _ = exported
+    tokenizer = CharTokenizer.from_text(TEXT)
+    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    prepare([tmp_path / "corpus.txt"], tokenizer, tmp_path / "prepared")
+    held_out = tokenizer.decode(PreparedDataset(tmp_path / "prepared").splits["val"].tolist())
+    (tmp_path / "val.txt").write_text(held_out, encoding="utf-8")
+    settings = dict(context=12, stride=4, tokenizer=tokenizer)
+    split = blockspec.evaluate_text(checkpoint, tmp_path / "prepared", **settings)
+    text = blockspec.evaluate_text(checkpoint, tmp_path / "val.txt", **settings)
+    assert split == text and split.tokens == len(held_out) - 1
