@@ -94,6 +94,18 @@ def generation_rows(results: dict[str, object]) -> list[str]:
     return rows
 
 
+def eval_rows(results: dict[str, object]) -> list[str]:
+    rows = []
+    for name, data in results["cases"].items():
+        e = data.get("eval")
+        if not e:
+            continue
+        tps = e["tokens_per_s"]
+        ok = "ok" if e["ratio"] >= e["target"] else "MISS"
+        rows.append(f"| {name} | {tps['eval']:,.0f} | {tps['bare']:,.0f} | {e['ratio']:.3f} {ok} (>= {e['target']}) |")
+    return rows
+
+
 def graph_break_lines(results: dict[str, object]) -> list[str]:
     checks = results.get("graph_breaks")
     if not checks:
@@ -153,6 +165,8 @@ def markdown(results: dict[str, object]) -> str:
         ("KV-cache generation, greedy, batch 1 (tokens/s)",
          ["| case | status | blockspec | Hugging Face generate | ratio | same tokens |",
           "| --- | --- | --- | --- | --- | --- |"], generation_rows),
+        ("blockspec eval vs a bare batched forward pass over the same windows (tokens/s)",
+         ["| case | eval | bare forward | ratio |", "| --- | --- | --- | --- |"], eval_rows),
         ("Graph breaks", [], graph_break_lines),
         ("Registry costs", [], registry_lines),
     ]

@@ -20,10 +20,10 @@ sys.path.insert(0, str(HERE.parent))  # run as a script: the repository root hol
 import torch  # noqa: E402
 
 import blockspec  # noqa: E402
-from benchmarks import cases, compiled, generation, graph_breaks, memory, registry_costs, report, speed  # noqa: E402
+from benchmarks import cases, compiled, evaluation, generation, graph_breaks, memory, registry_costs, report, speed  # noqa: E402
 
-SECTIONS = ("speed", "memory", "build", "generation", "registry", "graph_breaks", "compile")  # the order they run in
-CASE_SECTIONS = ("speed", "memory", "build", "generation", "compile")
+SECTIONS = ("speed", "memory", "build", "generation", "eval", "registry", "graph_breaks", "compile")  # the order they run in
+CASE_SECTIONS = ("speed", "memory", "build", "generation", "eval", "compile")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,6 +54,7 @@ def case_steps(case: cases.Case, registry: blockspec.Registry, scale: float, thr
         "memory": lambda: memory.compare(case.name, threads, case.memory_repeats),
         "generation": lambda: generation.compare(case, registry, max(3, rounds // 3)),
         "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
+        "eval": lambda: evaluation.compare(case, registry, max(3, rounds // 3)),
     }
 
 

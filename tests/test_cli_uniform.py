@@ -83,6 +83,7 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "sweep": ["sweep", folder / "micro.toml", "--data", folder / "play.txt", "--vary", "norm.use=rmsnorm",
                   "--steps", "1", "--out", tmp / "sweep", *FAST],
         "generate": ["generate", folder / "ckpt", "--prompt", "to", "--max-new-tokens", "0", "--device", "cpu"],
+        "eval": ["eval", folder / "ckpt", "--data", folder / "play.txt", "--device", "cpu"],
         "export": ["export", folder / "ckpt", "--weights-only", "--out", tmp / "shared"],
         "tokenizer": ["tokenizer", "train", folder / "play.txt", "--vocab-size", "260", "--out", tmp / "tok"],
         "data": ["data", "prepare", folder / "play.txt", "--tokenizer", "char", "--out", tmp / "data"],
@@ -134,6 +135,7 @@ DEVICE_COMMANDS = {
     "train": ["train", "{spec}", "--data", "{data}"],
     "sweep": ["sweep", "{spec}", "--data", "{data}", "--out", "sweep-out"],
     "generate": ["generate", "{ckpt}", "--prompt", "to"],
+    "eval": ["eval", "{ckpt}", "--data", "{data}"],
 }
 
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from blockspec.checkpoint.directory import save
     from blockspec.sources import Source, load, load_tokenizer, open_source
     from blockspec.train.generate_text import Generation, generate
+    from blockspec.evaluate import Perplexity, evaluate_text
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
     from blockspec.modules.transformer import Transformer
@@ -57,6 +58,8 @@ _LAZY = {
     "load_tokenizer": "blockspec.sources",  # the tokenizer that goes with a source (the one rule)
     "generate": "blockspec.train.generate_text",  # a model or any source + a text or ids -> Generation
     "Generation": "blockspec.train.generate_text",
+    "evaluate_text": "blockspec.evaluate",  # a model or any source + text files -> Perplexity (bits per byte too)
+    "Perplexity": "blockspec.evaluate",
     "save": "blockspec.checkpoint.directory",
     "count_parameters": "blockspec.assembly.counting",
     "estimate_parameters": "blockspec.assembly.counting",
@@ -100,6 +103,7 @@ __all__ = [
     "ModelConfig",
     "ModelSpec",
     "NonFiniteError",
+    "Perplexity",
     "ParameterCount",
     "PluginError",
     "Problem",
@@ -119,6 +123,7 @@ __all__ = [
     "debug",
     "dump_spec",
     "estimate_parameters",
+    "evaluate_text",
     "generate",
     "hookimpl",
     "hookspec",

@@ -182,6 +182,16 @@ def generation_estimate(model: Transformer, *, batch: int, queries: int, length:
              shrink="use a shorter prompt or lower {max_new_tokens}")))
 
 
+def evaluation_estimate(model: Transformer, *, batch: int, length: int) -> MemoryEstimate:
+    """Beyond ``model``'s weights (held already): the attention scores and logits of ``batch`` windows of
+    ``length`` positions, with the log-probabilities scoring takes of the logits."""
+    config = model.spec.model
+    working = 2 * FLOAT_BYTES * batch * length * (config.n_heads * length + config.vocab_size)
+    return MemoryEstimate(parts=(
+        Part(what="attention scores and logits", bytes=working, names={"batch_size": "batch_size", "context": "context"},
+             shrink="lower {batch_size} or {context}"),))
+
+
 def _cache_bytes(model: Transformer, length: int) -> int:
     cache = KVCache.for_model(model, batch_size=1, max_length=length, device="meta")  # shapes only
     return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))

@@ -20,6 +20,7 @@ from blockspec.cli import (
     check_cmd,
     data_cmd,
     doctor_cmd,
+    eval_cmd,
     explore_cmd,
     export_cmd,
     export_weights_cmd,
@@ -36,7 +37,8 @@ from blockspec.cli import (
 )
 
 COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
-            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd, schema_cmd)
+            export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd, eval_cmd,
+            schema_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

@@ -60,7 +60,7 @@ def generate(
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
-    with _eval_mode(model), torch.inference_mode():
+    with eval_mode(model), torch.inference_mode():
         batch, n_prompt = ids.shape
         total = n_prompt + max_new_tokens
         cached = use_cache and (window is None or n_prompt <= window)
@@ -152,7 +152,8 @@ def _positionwise_head(model: Transformer) -> bool:
 
 
 @contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """``model`` in eval mode inside the block (no dropout), in its own mode again after."""
     was_training = model.training
     model.eval()
     try:

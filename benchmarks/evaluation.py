@@ -1,0 +1,56 @@
+"""`blockspec eval`'s scoring against a bare batched forward pass over the same windows, in the same run.
+
+Both take the same model, windows and batch size; the bare pass only calls the model on windows made
+beforehand, so the ratio is what reading, tokenising, windowing and summing the loss cost on top.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import blockspec
+from benchmarks.cases import Case
+from benchmarks.timing import interleave, paired_ratio
+from blockspec.data.tokenizer import CharTokenizer
+from blockspec.evaluate.windows import windows
+
+WINDOWS = 256  # full windows of the text: enough that per-call costs (reading the file, the checks) are amortised
+BATCH = 8
+TARGET = 0.9  # eval's tokens/s over the bare pass's
+
+
+def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, object]:
+    """Tokens per second scored by ``evaluate_text`` and by the bare pass, interleaved; stride = context."""
+    spec = case.spec(registry)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    context, vocab = spec.model.context_length, min(spec.model.vocab_size, 65)
+    tokenizer = CharTokenizer("".join(chr(0x41 + i) for i in range(vocab)))
+    ids = np.random.default_rng(0).integers(0, vocab, WINDOWS * context + 1)
+    batches = [torch.from_numpy(np.stack([w.inputs for w in batch])) for batch in  # (B, T) each
+               _grouped(list(windows([ids], context=context, stride=context)), BATCH)]
+    with tempfile.TemporaryDirectory() as folder:
+        text = Path(folder) / "held-out.txt"
+        text.write_text(tokenizer.decode(ids.tolist()), encoding="utf-8")
+        timings = interleave({
+            "eval": lambda: blockspec.evaluate_text(model, text, context=context, stride=context, batch_size=BATCH,
+                                                    tokenizer=tokenizer),
+            "bare": lambda: _bare(model, batches)}, rounds=rounds, warmup=1)
+    tokens = WINDOWS * context
+    tps = {name: tokens / t.median for name, t in timings.items()}
+    return {"status": "measured", "tokens": tokens, "context": context, "batch": BATCH, "tokens_per_s": tps,
+            "ratio": tps["eval"] / tps["bare"], "ratio_paired": 1 / paired_ratio(timings["eval"], timings["bare"]),
+            "target": TARGET, "timings": {name: t.as_dict() for name, t in timings.items()}}
+
+
+def _bare(model: torch.nn.Module, batches: list[torch.Tensor]) -> None:
+    with torch.inference_mode():
+        for inputs in batches:
+            model(inputs)  # (B, T, |V|)
+
+
+def _grouped(items: list, size: int) -> list[list]:
+    return [items[start:start + size] for start in range(0, len(items), size)]

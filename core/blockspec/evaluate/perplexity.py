@@ -1,0 +1,100 @@
+"""Scoring windows through a model: the summed negative log-likelihood of every scored token, and its figures.
+
+Windows come from ``evaluate.windows`` as the text is read; they go through the model ``batch_size`` at a
+time (a batch holds windows of one length: only a text's last window, or the one of a text shorter than
+the context, is shorter), under ``torch.inference_mode`` with the model in eval mode. The sum is kept in
+float64 on the device (float32 on MPS, which has no float64), so scoring waits on the device only at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from attrs import asdict, frozen
+
+from blockspec.data.measure import TextSize, bits_per_byte, bits_per_character
+from blockspec.evaluate.windows import Window
+from blockspec.modules.transformer import Transformer
+from blockspec.train.generate import eval_mode
+
+__all__ = ["Perplexity", "Scored", "score_windows"]
+
+
+@frozen
+class Scored:
+    """Σ −ln p(token) over ``tokens`` scored tokens."""
+
+    nats: float
+    tokens: int
+
+
+@frozen(kw_only=True)
+class Perplexity:
+    """What ``evaluate_text`` measured on held-out text, and the settings it measured with."""
+
+    tokens: int  # tokens scored: every token of each text but its first
+    bytes: int  # the texts' UTF-8 bytes
+    characters: int  # the texts' characters (Unicode code points)
+    loss: float  # nats per scored token
+    perplexity: float  # exp(loss)
+    bits_per_byte: float
+    bits_per_character: float
+    context: int
+    stride: int
+    batch_size: int
+    texts: int  # files (or prepared splits) scored separately and summed
+
+    @classmethod
+    def of(cls, scored: Scored, size: TextSize, **settings: int) -> Perplexity:
+        loss = scored.nats / scored.tokens
+        return cls(tokens=scored.tokens, bytes=size.bytes, characters=size.characters, loss=loss,
+                   perplexity=math.exp(loss), bits_per_byte=bits_per_byte(scored.nats, size),
+                   bits_per_character=bits_per_character(scored.nats, size), **settings)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def score_windows(model: Transformer, windows: Iterable[Window], *, batch_size: int,
+                  after_batch: Callable[[int], None] | None = None) -> Scored:
+    """The summed nats of the scored targets of ``windows``; ``after_batch(tokens)`` after each batch."""
+    device = next(model.parameters()).device
+    total = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    count = 0
+    with eval_mode(model), torch.inference_mode():
+        for batch in _batches(windows, batch_size):
+            nats, tokens = _batch_nats(model, batch, device)
+            total += nats.to(total.dtype)
+            count += tokens
+            if after_batch is not None:
+                after_batch(tokens)
+    return Scored(nats=float(total), tokens=count)
+
+
+def _batch_nats(model: Transformer, batch: list[Window], device: torch.device) -> tuple[torch.Tensor, int]:
+    """The summed nats of one batch's scored targets (a 0-d tensor on ``device``) and how many there are."""
+    ids = torch.from_numpy(np.stack([window.ids for window in batch])).to(device)  # (B, T + 1)
+    logits = model(ids[:, :-1])  # (B, T, |V|)
+    nats = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")  # (B·T,)
+    nats = nats.view(ids.shape[0], -1)  # (B, T)
+    starts = torch.tensor([window.scored_from for window in batch], device=device)  # (B,)
+    scored = torch.arange(nats.shape[1], device=device)[None, :] >= starts[:, None]  # (B, T)
+    return (nats * scored).sum(), sum(len(window.ids) - 1 - window.scored_from for window in batch)
+
+
+def _batches(windows: Iterable[Window], size: int) -> Iterator[list[Window]]:
+    """Consecutive windows, ``size`` at a time, a new batch where their length changes."""
+    batch: list[Window] = []
+    for window in windows:
+        if batch and (len(batch) == size or len(window.ids) != len(batch[0].ids)):
+            yield batch
+            batch = []
+        batch.append(window)
+    if batch:
+        yield batch

@@ -1,0 +1,71 @@
+"""The strided windows a text is scored in: each token once, with as much left context as the stride allows.
+
+Hugging Face's perplexity guide ("Perplexity of fixed-length models"), with one difference: a window's
+targets are its inputs moved on by one, as a model is trained, so no window's first target goes unscored
+and ``stride = context`` loses no token. For a text of ids t_0..t_{N-1}, ``context`` C and ``stride`` S
+(1 <= S <= C), window k (k = 0, 1, ..., K with K = max(0, ceil((N - 1 - C) / S))):
+
+- begins at b_k = k·S; its inputs are t[b_k : min(b_k + C, N - 1)], its targets the same positions plus one;
+- window 0 scores every target, positions 1..min(C, N - 1); window k >= 1 scores the targets past the
+  previous window's last, positions C + (k - 1)·S + 1 .. min(C + k·S, N - 1): the last S of a full window.
+
+So every position p >= 1 is scored exactly once (t_0 has no left context and is not), from the
+``left_context(p)`` tokens before it: p when p <= C, else p - S·ceil((p - C) / S), which is at least
+C - S + 1. ``stride = context`` gives non-overlapping windows; a smaller stride gives each token more
+context and costs C / S times the work.
+
+``windows`` streams them: it holds the ids from the current window's start on (the next window and the
+ids of the piece being read), never the whole text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+from attrs import frozen
+
+__all__ = ["Window", "left_context", "windows"]
+
+
+@frozen(eq=False)
+class Window:
+    """ids[begin : begin + len(ids)]: the inputs and, one position on, the targets; those from ``scored_from`` count."""
+
+    begin: int
+    ids: np.ndarray  # (<= C + 1,) int64: the inputs, then the last target
+    scored_from: int  # index into the targets: the first one this window scores
+
+    @property
+    def inputs(self) -> np.ndarray:
+        return self.ids[:-1]  # (T,)
+
+    @property
+    def targets(self) -> np.ndarray:
+        return self.ids[1:]  # (T,)
+
+
+def left_context(position: int, context: int, stride: int) -> int:
+    """How many tokens come before ``position`` in the window that scores it (the formula above)."""
+    if position <= context:
+        return position
+    return position - stride * -(-(position - context) // stride)
+
+
+def windows(pieces: Iterable[Sequence[int] | np.ndarray], *, context: int, stride: int) -> Iterator[Window]:
+    """The windows of the text whose ids arrive in ``pieces``, in order, as soon as the ids each needs are read."""
+    held = np.zeros(0, dtype=np.int64)  # ids[offset:]
+    offset, number, scored_to = 0, 0, 0  # scored_to: the last position scored so far
+    for piece in pieces:
+        held = np.concatenate((held, np.asarray(piece, dtype=np.int64)))  # (held + piece,)
+        while offset + len(held) > number * stride + context:  # window `number` is full: its last target is read
+            yield _window(held, offset, number * stride, context, scored_to)
+            scored_to, number = number * stride + context, number + 1
+        held, offset = held[number * stride - offset:], number * stride  # from the next window's start on
+    if offset + len(held) - 1 > scored_to:  # targets past the last full window: one shorter window
+        yield _window(held, offset, number * stride, context, scored_to)
+
+
+def _window(held: np.ndarray, offset: int, begin: int, context: int, scored_to: int) -> Window:
+    ids = held[begin - offset: begin - offset + context + 1]  # (<= C + 1,) a view
+    return Window(begin=begin, ids=ids, scored_from=scored_to - begin)
