@@ -1,6 +1,8 @@
-"""Scoring a model on held-out text: strided windows, loss, perplexity, bits per byte (``evaluate_text``).
+"""Scoring what a spec composes: held-out text in units no tokenizer decides (``evaluate_text``), and
+standard benchmarks through lm-evaluation-harness (``blockspec.evaluate.harness``, the ``eval`` extra).
 
-Above training (it reuses its eval mode and finiteness checks), below the inspection tools and the command line.
+Above training (it reuses its eval mode and finiteness checks), below the inspection tools and the command
+line. Importing it never imports the harness.
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""``run_tasks``: what ``blockspec eval SOURCE --tasks`` calls. The harness's table offline, its results as JSON,
+and bad input in one line (an unknown task with did-you-mean, the harness not installed: the extra to install).
+``generate_until`` decodes greedily and stops at a task's stop string. Importing blockspec imports no lm_eval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("lm_eval")
+pytest.importorskip("tokenizers")
+
+import blockspec  # noqa: E402
+from blockspec.cli.common import UsageError  # noqa: E402
+from blockspec.cli.eval_tasks import add_task_arguments, run_tasks  # noqa: E402
+from blockspec.errors import BlockspecError  # noqa: E402
+
+from .harness_tasks import MULTIPLE_CHOICE, write_tasks  # noqa: E402
+from .test_harness_parity import sources, tiny  # noqa: E402,F401 (sources: the checkpoints' fixture)
+
+
+def namespace(source, tasks, folder, **given) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_task_arguments(parser)
+    argv = ["--tasks", tasks, "--include-path", str(folder), "--limit", "6"]
+    args = parser.parse_args(argv)
+    return argparse.Namespace(**vars(args), source=str(source), batch_size=2, device="cpu", **{"json": False, **given})
+
+
+def test_run_tasks_prints_the_harness_table_of_a_local_task(sources, capsys):
+    assert run_tasks(namespace(sources / "learned", MULTIPLE_CHOICE, sources / "tasks")) == 0
+    out = capsys.readouterr().out
+    assert MULTIPLE_CHOICE in out and "acc" in out and out.lstrip().startswith("|")
+
+
+def test_run_tasks_json_holds_the_harness_results(sources, capsys):
+    assert run_tasks(namespace(sources / "learned", MULTIPLE_CHOICE, sources / "tasks", json=True)) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert 0.0 <= found["results"][MULTIPLE_CHOICE]["acc,none"] <= 1.0
+    assert found["n-samples"][MULTIPLE_CHOICE]["effective"] == 6
+
+
+def test_an_unknown_task_is_one_line_with_the_closest_name(sources):
+    with pytest.raises(BlockspecError) as refused:
+        run_tasks(namespace(sources / "learned", "blockspec_toy_choise", sources / "tasks"))
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1
+    assert "--tasks" in message and "'blockspec_toy_choise'" in message and f"did you mean '{MULTIPLE_CHOICE}'" in message
+
+
+def test_the_harness_not_installed_names_the_extra(sources, monkeypatch):
+    for name in [n for n in sys.modules if n == "lm_eval" or n.startswith(("lm_eval.", "blockspec.evaluate.harness"))]:
+        monkeypatch.delitem(sys.modules, name)
+    import blockspec.evaluate
+
+    monkeypatch.delattr(blockspec.evaluate, "harness", raising=False)  # imported again, without the harness
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # import lm_eval -> ModuleNotFoundError
+    with pytest.raises(UsageError) as refused:
+        run_tasks(namespace(sources / "learned", MULTIPLE_CHOICE, sources / "tasks"))
+    assert len(str(refused.value).splitlines()) == 1
+    assert "pip install 'blockspec[eval]'" in str(refused.value)
+
+
+def test_importing_blockspec_imports_no_harness():
+    code = ("import sys, blockspec, blockspec.cli, blockspec.evaluate, blockspec.cli.eval_tasks; "
+            "print('lm_eval' in sys.modules)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"
+
+
+def test_the_model_is_registered_as_blockspec():
+    from lm_eval.api.registry import get_model
+
+    from blockspec.evaluate.harness import BlockspecLM
+
+    assert get_model("blockspec") is BlockspecLM
+
+
+class Request:
+    def __init__(self, *args):
+        self.args = args
+
+
+def test_generate_until_is_greedy_blockspec_generation_cut_at_the_stop_string(sources):
+    import torch
+
+    from blockspec.evaluate.harness import BlockspecLM
+    from blockspec.train.generate import generate
+
+    lm = BlockspecLM(sources / "learned", batch_size=2)
+    prompts = ["ROMEO:\nWhat say", "the lord", "JULIET:\nO"]
+    settings = {"until": ["\n"], "max_gen_toks": 12, "do_sample": False}
+    found = lm.generate_until([Request(prompt, settings) for prompt in prompts])
+    for prompt, text in zip(prompts, found):
+        ids = torch.tensor([lm.tok_encode(prompt)])
+        whole = lm.tok_decode(generate(lm.model, ids, max_new_tokens=12, temperature=0.0)[0, ids.shape[1]:].tolist())
+        assert text == whole.split("\n")[0].split("<|endoftext|>")[0]
+    assert len(found) == 3
+
+
+def test_a_tokenizerless_source_is_refused_in_one_line(tmp_path, registry):
+    from blockspec.evaluate.harness import BlockspecLM
+
+    (tmp_path / "spec.toml").write_text(tiny())
+    blockspec.save(blockspec.build(blockspec.load_spec(tmp_path / "spec.toml", registry), registry=registry, seed=0),
+                   tmp_path / "bare")
+    with pytest.raises(BlockspecError, match="carries no tokenizer") as refused:
+        BlockspecLM(tmp_path / "bare")
+    assert len(str(refused.value).splitlines()) == 1
