@@ -116,3 +116,40 @@ def test_a_tokenizerless_source_is_refused_in_one_line(tmp_path, registry):
     with pytest.raises(BlockspecError, match="carries no tokenizer") as refused:
         BlockspecLM(tmp_path / "bare")
     assert len(str(refused.value).splitlines()) == 1
+
+
+# ---------------------------------------------------------------- through the command: blockspec eval --tasks
+
+
+def test_blockspec_eval_tasks_runs_a_local_task_through_the_command(sources, capsys):
+    from blockspec.cli import main
+
+    code = main(["eval", str(sources / "learned"), "--tasks", MULTIPLE_CHOICE, "--include-path",
+                 str(sources / "tasks"), "--limit", "6", "--batch-size", "2", "--device", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["n-samples"][MULTIPLE_CHOICE]["effective"] == 6
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--data", "x.txt"], "--data and --tasks: give one"),
+    ([], None),
+])
+def test_eval_takes_text_or_tasks_and_each_modes_flags_only_with_it(sources, capsys, extra, said):
+    from blockspec.cli import main
+
+    if said is None:  # neither: which to give
+        code = main(["eval", str(sources / "learned"), "--limit", "3"])
+        said = "expected --data FILE (held-out text) or --tasks T1,T2"
+    else:
+        code = main(["eval", str(sources / "learned"), "--tasks", MULTIPLE_CHOICE, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_include_path_without_tasks_is_refused(sources, capsys, tmp_path):
+    from blockspec.cli import main
+
+    (tmp_path / "t.txt").write_text("some text\n")
+    code = main(["eval", str(sources / "learned"), "--data", str(tmp_path / "t.txt"), "--include-path", str(tmp_path)])
+    assert code == 2 and "--include-path: only with --tasks" in capsys.readouterr().err

@@ -1,11 +1,13 @@
-"""`blockspec eval`: loss, perplexity and bits per byte of a model with weights on held-out text."""
+"""`blockspec eval`: loss, perplexity and bits per byte of a model with weights on held-out text (``--data``), or
+lm-evaluation-harness tasks on it (``--tasks``: ``cli/eval_tasks.py``)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from blockspec.cli.common import (MEMORY_FLAGS, add_device_argument, add_json_argument, add_memory_check_argument,
+from blockspec.cli.eval_tasks import add_task_arguments, run_tasks
+from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument, add_memory_check_argument,
                                   emit_json, flag_names, memory_limit, positive_int, registry_with_warnings,
                                   resolve_device)
 
@@ -14,10 +16,11 @@ FLAGS = {"context": "--context", "stride": "--stride", "batch_size": "--batch-si
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="loss, perplexity and bits per byte of a model on held-out text")
+    parser = subparsers.add_parser("eval", help="loss, perplexity and bits per byte of a model on held-out text, "
+                                   "or lm-evaluation-harness tasks")
     parser.add_argument("source", metavar="SOURCE", help="a checkpoint (blockspec train or import-hf), a training "
                         "checkpoint or a Hugging Face directory: any source with weights")
-    parser.add_argument("--data", action="append", required=True, metavar="FILE",
+    parser.add_argument("--data", action="append", metavar="FILE",
                         help="a UTF-8 text file, or a prepared dataset directory (its validation split); repeat "
                              "for several: each is scored as its own text and the figures are summed")
     parser.add_argument("--context", type=positive_int, metavar="N",
@@ -29,6 +32,7 @@ def add_parser(subparsers) -> None:
                         "(default 8); the figure does not depend on it")
     parser.add_argument("--tokenizer", metavar="T", help="the tokenizer to read the text with, for a source without "
                         "one: a tokenizer directory, its tokenizer.json, or a model source")
+    add_task_arguments(parser)
     add_device_argument(parser)
     add_memory_check_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -38,6 +42,22 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_mode(args)
+    return run_tasks(args) if args.tasks else _run_text(args)
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    """Held-out text or harness tasks: one of them, and each mode's own flags only with it."""
+    if args.tasks and args.data:
+        raise UsageError("--data and --tasks: give one (held-out text, or lm-evaluation-harness tasks), not both")
+    if not args.tasks and not args.data:
+        raise UsageError("expected --data FILE (held-out text) or --tasks T1,T2 (lm-evaluation-harness tasks)")
+    given = [flag for flag, value in (("--include-path", args.include_path), ("--limit", args.limit)) if value]
+    if given and not args.tasks:
+        raise UsageError(f"{given[0]}: only with --tasks")
+
+
+def _run_text(args: argparse.Namespace) -> int:
     from blockspec.evaluate import evaluate_text
     from blockspec.sources import open_source
     from blockspec.train.progress import Progress

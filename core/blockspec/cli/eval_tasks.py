@@ -31,7 +31,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     harness = _harness()
     device = None if args.device is None else resolve_device(args.device)
     with flag_names(FLAGS):
-        results = harness.evaluate_tasks(args.source, args.tasks, include_path=args.include_path, limit=args.limit,
+        results = harness.evaluate_tasks(args.source, list(args.tasks), include_path=args.include_path, limit=args.limit,
                                          batch_size=args.batch_size or 1, device=device)
     if args.json:
         emit_json(_plain({key: results[key] for key in RESULT_KEYS if key in results}))
@@ -50,8 +50,9 @@ def _harness() -> Any:
     return harness
 
 
-def _task_names(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",")]
+def _task_names(text: str) -> tuple[str, ...]:
+    """A tuple, not a list: a flag's single value that is a list is what argparse's '--' handling leaves."""
+    names = tuple(name.strip() for name in text.split(","))
     if not all(names):
         raise argparse.ArgumentTypeError(f"expected task names separated by commas, found {text!r}")
     return names
