@@ -18,7 +18,7 @@ from benchmarks.timing import interleave, paired_ratio
 from blockspec.data.tokenizer import CharTokenizer
 from blockspec.evaluate.windows import windows
 
-WINDOWS = 256  # full windows of the text: enough that per-call costs (reading the file, the checks) are amortised
+TOKENS = 16_384  # scored per round: windows of the case's length, enough that per-call costs are amortised
 BATCH = 8
 TARGET = 0.9  # eval's tokens/s over the bare pass's
 
@@ -27,9 +27,9 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
     """Tokens per second scored by ``evaluate_text`` and by the bare pass, interleaved; stride = context."""
     spec = case.spec(registry)
     model = blockspec.build(spec, registry=registry, seed=0).eval()
-    context, vocab = spec.model.context_length, min(spec.model.vocab_size, 65)
+    context, vocab = min(spec.model.context_length, case.tokens), min(spec.model.vocab_size, 65)
     tokenizer = CharTokenizer("".join(chr(0x41 + i) for i in range(vocab)))
-    ids = np.random.default_rng(0).integers(0, vocab, WINDOWS * context + 1)
+    ids = np.random.default_rng(0).integers(0, vocab, TOKENS + 1)  # TOKENS // context full windows
     batches = [torch.from_numpy(np.stack([w.inputs for w in batch])) for batch in  # (B, T) each
                _grouped(list(windows([ids], context=context, stride=context)), BATCH)]
     with tempfile.TemporaryDirectory() as folder:
@@ -39,7 +39,7 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
             "eval": lambda: blockspec.evaluate_text(model, text, context=context, stride=context, batch_size=BATCH,
                                                     tokenizer=tokenizer),
             "bare": lambda: _bare(model, batches)}, rounds=rounds, warmup=1)
-    tokens = WINDOWS * context
+    tokens = TOKENS
     tps = {name: tokens / t.median for name, t in timings.items()}
     return {"status": "measured", "tokens": tokens, "context": context, "batch": BATCH, "tokens_per_s": tps,
             "ratio": tps["eval"] / tps["bare"], "ratio_paired": 1 / paired_ratio(timings["eval"], timings["bare"]),

@@ -78,14 +78,23 @@ def score_windows(model: Transformer, windows: Iterable[Window], *, batch_size: 
 
 
 def _batch_nats(model: Transformer, batch: list[Window], device: torch.device) -> tuple[torch.Tensor, int]:
-    """The summed nats of one batch's scored targets (a 0-d tensor on ``device``) and how many there are."""
+    """The summed nats of one batch's scored targets (a 0-d tensor on ``device``) and how many there are.
+
+    Every window after a text's first scores the same last positions, so the loss is taken over those
+    alone; a batch whose windows start scoring at different places masks instead."""
     ids = torch.from_numpy(np.stack([window.ids for window in batch])).to(device)  # (B, T + 1)
     logits = model(ids[:, :-1])  # (B, T, |V|)
+    count = sum(len(window.ids) - 1 - window.scored_from for window in batch)
+    starts = {window.scored_from for window in batch}
+    if len(starts) == 1:
+        start = starts.pop()
+        tail = logits[:, start:].flatten(0, 1).float()  # (B·(T - start), |V|)
+        return F.cross_entropy(tail, ids[:, start + 1:].flatten(), reduction="sum"), count
     nats = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")  # (B·T,)
     nats = nats.view(ids.shape[0], -1)  # (B, T)
-    starts = torch.tensor([window.scored_from for window in batch], device=device)  # (B,)
-    scored = torch.arange(nats.shape[1], device=device)[None, :] >= starts[:, None]  # (B, T)
-    return (nats * scored).sum(), sum(len(window.ids) - 1 - window.scored_from for window in batch)
+    first = torch.tensor([window.scored_from for window in batch], device=device)  # (B,)
+    scored = torch.arange(nats.shape[1], device=device)[None, :] >= first[:, None]  # (B, T)
+    return (nats * scored).sum(), count
 
 
 def _batches(windows: Iterable[Window], size: int) -> Iterator[list[Window]]:
