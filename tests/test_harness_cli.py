@@ -96,7 +96,9 @@ def test_generate_until_is_greedy_blockspec_generation_cut_at_the_stop_string(so
     from blockspec.evaluate.harness import BlockspecLM
     from blockspec.train.generate import generate
 
-    lm = BlockspecLM(sources / "learned", batch_size=2)
+    # one prompt per batch, as the reference decodes it: a random tiny model's logits sit near ties, where a
+    # batch of two can round an argmax the other way than one row alone (ragged batches are issue 25's)
+    lm = BlockspecLM(sources / "learned", batch_size=1)
     prompts = ["ROMEO:\nWhat say", "the lord", "JULIET:\nO"]
     settings = {"until": ["\n"], "max_gen_toks": 12, "do_sample": False}
     found = lm.generate_until([Request(prompt, settings) for prompt in prompts])
