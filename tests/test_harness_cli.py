@@ -85,28 +85,37 @@ def test_the_model_is_registered_as_blockspec():
     assert get_model("blockspec") is BlockspecLM
 
 
+GENERATE_UNTIL = """
+import json, sys
+import torch
+from blockspec.evaluate.harness import BlockspecLM
+from blockspec.train.generate import generate
+
 class Request:
     def __init__(self, *args):
         self.args = args
 
+lm = BlockspecLM(sys.argv[1], batch_size=1)
+prompts = ["ROMEO:\\nWhat say", "the lord", "JULIET:\\nO"]
+settings = {"until": ["\\n"], "max_gen_toks": 12, "do_sample": False}
+found = lm.generate_until([Request(prompt, settings) for prompt in prompts])
+wanted = []
+for prompt in prompts:
+    ids = torch.tensor([lm.tok_encode(prompt)])
+    out = generate(lm.model, ids, max_new_tokens=12, temperature=0.0, vocab_limit=lm.tokenizer.vocab_size)
+    wanted.append(lm.tok_decode(out[0, ids.shape[1]:].tolist()).split("\\n")[0].split("<|endoftext|>")[0])
+print(json.dumps({"found": found, "wanted": wanted}))
+"""
+
 
 def test_generate_until_is_greedy_blockspec_generation_cut_at_the_stop_string(sources):
-    import torch
-
-    from blockspec.evaluate.harness import BlockspecLM
-    from blockspec.train.generate import generate
-
-    # one prompt per batch, as the reference decodes it: a random tiny model's logits sit near ties, where a
-    # batch of two can round an argmax the other way than one row alone (ragged batches are issue 25's)
-    lm = BlockspecLM(sources / "learned", batch_size=1)
-    prompts = ["ROMEO:\nWhat say", "the lord", "JULIET:\nO"]
-    settings = {"until": ["\n"], "max_gen_toks": 12, "do_sample": False}
-    found = lm.generate_until([Request(prompt, settings) for prompt in prompts])
-    for prompt, text in zip(prompts, found):
-        ids = torch.tensor([lm.tok_encode(prompt)])
-        whole = lm.tok_decode(generate(lm.model, ids, max_new_tokens=12, temperature=0.0)[0, ids.shape[1]:].tolist())
-        assert text == whole.split("\n")[0].split("<|endoftext|>")[0]
-    assert len(found) == 3
+    """In a fresh interpreter: within the whole suite the two once differed (a session state not yet found;
+    the harness part of issue 24's note says so), and this compares the decoding, not the session."""
+    done = subprocess.run([sys.executable, "-c", GENERATE_UNTIL, str(sources / "learned")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["found"] == result["wanted"] and len(result["found"]) == 3
 
 
 def test_a_tokenizerless_source_is_refused_in_one_line(tmp_path, registry):
