@@ -180,3 +180,19 @@ def test_the_trace_module_imports_by_its_public_name_without_a_warning():
     """)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"same": True, "warnings": []}
+
+
+def test_blockspec_generate_stays_the_function_whatever_imports_the_old_module_path():
+    """The old module path is retired: an alias would bind the module over the function on ``blockspec``."""
+    result = run_python("""
+        import importlib, json
+        import blockspec
+        try:
+            importlib.import_module("blockspec.generate")
+            imported = True
+        except ModuleNotFoundError:
+            imported = False
+        print(json.dumps({"imported": imported, "function": blockspec.generate.__module__}))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"imported": False, "function": "blockspec.train.generate_text"}

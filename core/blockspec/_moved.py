@@ -32,11 +32,13 @@ MOVED = {
     "background_digest": "checkpoint.digest",
     "trace_plots": "inspect.plots", "summary": "inspect.summary", "debug": "inspect.debug",
     "explore": "inspect.explore", "explore.page": "inspect.explore.page", "explore.export": "inspect.explore.export",
-    "generate": "train.generate", "tokenizer": "data.tokenizer", "interop.sources": "sources",
+    "tokenizer": "data.tokenizer", "interop.sources": "sources",
     "train.tokenizer": "data.tokenizer", "train.textfiles": "data.textfiles", "train.prepared": "data.prepared",
     "train.data": "data.dataset", "checkpoint.outputs": "outputs",
 }
 PREFIX = "blockspec."
+# ``blockspec.generate`` was a module (now ``blockspec.train.generate``) and is now the top-level function: an
+# alias for the old module would replace the function on ``blockspec`` the moment anything imported it.
 # Public names that are modules elsewhere: ``blockspec.trace`` is the callable trace module, so
 # ``from blockspec.trace import trace, Trace`` is a path users write; it resolves without a warning.
 ALIASES = {"trace": "inspect.trace"}
