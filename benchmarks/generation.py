@@ -23,9 +23,9 @@ def hf_greedy(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch
 
 def blockspec_greedy_fn():
     """blockspec's cached greedy generation, or None while the KV cache has not landed."""
-    if importlib.util.find_spec("blockspec.train.generate") is None:
+    if importlib.util.find_spec("blockspec.generation.tokens") is None:
         return None
-    from blockspec.train.generate import generate  # the KV cache of the training issue
+    from blockspec.generation.tokens import generate  # the KV cache of the training issue
 
     def greedy(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
         return generate(model, prompt, max_new_tokens=n_new, temperature=0.0)
@@ -37,7 +37,7 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
     """Tokens per second of greedy generation, batch 1, interleaved."""
     greedy = blockspec_greedy_fn()
     if greedy is None:
-        return {"status": "pending", "reason": "blockspec.train.generate (the KV cache, issue 6) is not on main yet"}
+        return {"status": "pending", "reason": "blockspec.generation.tokens (the KV cache, issue 6) is not on main yet"}
     spec = case.spec(registry)
     model = blockspec.build(spec, registry=registry, seed=0).eval()
     hf = build_hf(spec, case.hf_family, model)

@@ -31,7 +31,7 @@ from blockspec.interop.families import family_for  # noqa: E402
 from blockspec.interop.hf_config import spec_dict  # noqa: E402
 from blockspec.interop.hf_dir import read_config  # noqa: E402
 from blockspec.interop.hf_layout import carried_files  # noqa: E402
-from blockspec.train.generate import generate  # noqa: E402
+from blockspec.generation.tokens import generate  # noqa: E402
 
 RELATIVE_TOLERANCE = 1e-4
 

@@ -177,7 +177,7 @@ def test_a_model_refuses_a_list_naming_its_type(sources):
 
 
 def test_generate_at_the_sampler_refuses_float_ids(sources):
-    from blockspec.train.generate import generate
+    from blockspec.generation.tokens import generate
 
     with pytest.raises(blockspec.InputError, match="found torch.float32"):
         generate(blockspec.load(sources / "ckpt"), torch.tensor([[1.0, 2.0]]), max_new_tokens=2)

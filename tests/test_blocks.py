@@ -16,7 +16,7 @@ from blockspec.checkpoint.directory import load, save
 from blockspec.errors import SpecError
 from blockspec.inspect.trace import trace
 from blockspec.interop.families import gpt2, llama
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 from tests.conftest import SPECS
 
 SMALL = """

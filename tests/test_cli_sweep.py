@@ -51,7 +51,7 @@ def assets(tmp_path_factory):
 def cheap(assets):
     """The heavy work, capped: a step, a batch, a few tokens; verify's selection, not its examples."""
     import blockspec.testing.runner as runner
-    import blockspec.train.generate as generation
+    import blockspec.generation.tokens as generation
     import blockspec.train.loop as loop
 
     real_config, real_generate = loop.make_config, generation.generate

@@ -15,7 +15,7 @@ from blockspec.cli.common import flag_names
 from blockspec.outputs import OutputExistsError
 from blockspec.errors import BlockspecError, CheckpointError, Problem
 from blockspec.interop.hf_dir import open_weights
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 from blockspec.train.loop import make_config
 from blockspec.train.sweep import run_sweep
 from blockspec.data.tokenizer import parse_ids, stand_in_tokenizer

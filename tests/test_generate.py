@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import blockspec
-from blockspec.train.generate import generate, sample
+from blockspec.generation.tokens import generate, sample
 from blockspec.modules.kv_cache import KVCache
 
 from .specs import spec_text

@@ -89,7 +89,7 @@ GENERATE_UNTIL = """
 import json, sys
 import torch
 from blockspec.evaluate.harness import BlockspecLM
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 
 class Request:
     def __init__(self, *args):

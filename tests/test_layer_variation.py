@@ -22,7 +22,7 @@ from blockspec.registry.components import Component, Registry
 from blockspec.registry.specs import RegistryResolver
 from blockspec.spec import toml_read
 from blockspec.spec.convert import read_spec
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 
 BASE = """\
 [model]

@@ -11,7 +11,7 @@ from blockspec.checkpoint.directory import load, load_spec_of, save
 from blockspec.cli import doctor_cmd, list_cmd, main, show_cmd
 from blockspec.errors import CheckpointError, SpecError
 from blockspec.registry.components import Component, Registry
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 
 from .weights_helpers import LLAMA_TEXT, llama_spec, randomized
 

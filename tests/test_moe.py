@@ -15,7 +15,7 @@ from blockspec.errors import SpecError
 from blockspec.inspect.trace import trace
 from blockspec.testing.properties.ffn import naive_mixture
 from blockspec.data.dataset import CharDataset
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 from blockspec.train.loop import Trainer, TrainConfig, auxiliary_loss
 from tests.conftest import ROOT
 from tests.verify.test_random_specs import moe_parameters

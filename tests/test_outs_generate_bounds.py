@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import blockspec
 from blockspec.errors import InputError
-from blockspec.train.generate import generate, sample
+from blockspec.generation.tokens import generate, sample
 
 from .cli_assets import make_assets
 from .specs import spec_text
@@ -89,7 +89,7 @@ BAD = [
 
 @pytest.mark.parametrize(("name", "value", "expected"), BAD, ids=[f"{n}={v!r}" for n, v, _ in BAD])
 def test_each_argument_out_of_its_bounds_is_an_input_error_naming_it(model, monkeypatch, name, value, expected):
-    import blockspec.train.generate as generation
+    import blockspec.generation.tokens as generation
 
     for work in ("_check_memory", "check_finite_weights"):  # the first work generate does
         monkeypatch.setattr(generation, work, _no_work)

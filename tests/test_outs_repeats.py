@@ -147,7 +147,7 @@ def test_a_repeatable_flag_still_takes_one_value_each_time(capsys, no_run):
 
 
 def test_a_prompt_generate_would_refuse_stops_the_command_before_the_first_is_generated(capsys, assets, monkeypatch):
-    import blockspec.train.generate as generation
+    import blockspec.generation.tokens as generation
 
     monkeypatch.setattr(generation, "generate", lambda *a, **k: pytest.fail("generated before every prompt was checked"))
     code, out, err = generated(capsys, assets, "--prompt", "ab", "--prompt", "a" * 70, "--overflow", "error")

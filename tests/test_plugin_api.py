@@ -195,4 +195,4 @@ def test_blockspec_generate_stays_the_function_whatever_imports_the_old_module_p
         print(json.dumps({"imported": imported, "function": blockspec.generate.__module__}))
     """)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"imported": False, "function": "blockspec.train.generate_text"}
+    assert json.loads(result.stdout) == {"imported": False, "function": "blockspec.generation.text"}

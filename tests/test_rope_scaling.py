@@ -25,7 +25,7 @@ from blockspec.testing.properties import find  # noqa: E402
 from blockspec.testing.properties.rope import expected_frequency, expected_magnitude  # noqa: E402
 from blockspec.testing.runner import check  # noqa: E402
 from blockspec.testing.strategies import _construct, configs  # noqa: E402
-from blockspec.train.generate import generate  # noqa: E402
+from blockspec.generation.tokens import generate  # noqa: E402
 from blockspec_positional import RopeConfig  # noqa: E402
 from blockspec_positional.rope import RotaryPositions, Scaling, scaled_frequencies  # noqa: E402
 

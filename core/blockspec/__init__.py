@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from blockspec.assembly.assemble import build
     from blockspec.checkpoint.directory import save
     from blockspec.sources import Source, load, load_tokenizer, open_source
-    from blockspec.train.generate_text import Generation, generate
+    from blockspec.generation.text import Generation, generate
     from blockspec.evaluate import Perplexity, evaluate_text
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
@@ -56,8 +56,8 @@ _LAZY = {
     "open_source": "blockspec.sources",  # any path: its kind, locked spec, tokenizer, carried files, model
     "Source": "blockspec.sources",
     "load_tokenizer": "blockspec.sources",  # the tokenizer that goes with a source (the one rule)
-    "generate": "blockspec.train.generate_text",  # a model or any source + a text or ids -> Generation
-    "Generation": "blockspec.train.generate_text",
+    "generate": "blockspec.generation.text",  # a model or any source + a text or ids -> Generation
+    "Generation": "blockspec.generation.text",
     "evaluate_text": "blockspec.evaluate",  # a model or any source + text files -> Perplexity (bits per byte too)
     "Perplexity": "blockspec.evaluate",
     "save": "blockspec.checkpoint.directory",

@@ -35,9 +35,11 @@ MOVED = {
     "tokenizer": "data.tokenizer", "interop.sources": "sources",
     "train.tokenizer": "data.tokenizer", "train.textfiles": "data.textfiles", "train.prepared": "data.prepared",
     "train.data": "data.dataset", "checkpoint.outputs": "outputs",
+    "train.generate": "generation.tokens", "train.generate_text": "generation.text",
+    "train.generation_bounds": "generation.bounds",
 }
 PREFIX = "blockspec."
-# ``blockspec.generate`` was a module (now ``blockspec.train.generate``) and is now the top-level function: an
+# ``blockspec.generate`` was a module (now ``blockspec.generation.tokens``) and is now the top-level function: an
 # alias for the old module would replace the function on ``blockspec`` the moment anything imported it.
 # Public names that are modules elsewhere: ``blockspec.trace`` is the callable trace module, so
 # ``from blockspec.trace import trace, Trace`` is a path users write; it resolves without a warning.

@@ -18,7 +18,7 @@ from blockspec import load_spec
 from blockspec.assembly import memory
 from blockspec.assembly.assemble import build
 from blockspec.cli import main
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 
 SPECS = Path(__file__).resolve().parents[2] / "examples" / "specs"
 TINY = SPECS / "tiny-shakespeare.toml"

@@ -20,7 +20,8 @@ from blockspec.outputs.kinds import OutputKind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
-from blockspec.train.generation_bounds import MAX_NEW_TOKENS, SEEDS
+from blockspec.generation.bounds import MAX_NEW_TOKENS
+from blockspec.train.seeds import SEEDS
 
 if TYPE_CHECKING:
     import torch

@@ -68,7 +68,7 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
     """A prompt as (given, ids (1, N), new tokens), refused now if ``generate`` would refuse it."""
     import torch
 
-    from blockspec.train.generate import check_request
+    from blockspec.generation.tokens import check_request
 
     prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given)], dtype=torch.long,
                           device=device)  # (1, N)
@@ -82,7 +82,7 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
 
 def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: int) -> dict:
     """One prompt (1, N) continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
-    from blockspec.train.generate import generate
+    from blockspec.generation.tokens import generate
 
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
                                   add_memory_check_argument, emit_json, flag_names, memory_limit,
                                   registry_with_warnings, resolve_device)
-from blockspec.train.generation_bounds import SEEDS
+from blockspec.train.seeds import SEEDS
 from blockspec.cli.training_flags import FLAGS as TRAINING_FLAGS
 from blockspec.cli.training_flags import add_training_arguments, training_settings
 from blockspec.cli.train_cmd import bits_per_byte_text

@@ -39,7 +39,7 @@ from blockspec.errors import InputError, Problem
 from blockspec.modules.transformer import Transformer
 from blockspec.sources import Source, open_source
 from blockspec.spec.problems import did_you_mean
-from blockspec.train.generate import generate
+from blockspec.generation.tokens import generate
 
 MODEL_NAME = "blockspec"
 DEFAULT_MAX_GEN_TOKS = 256  # HFLM's

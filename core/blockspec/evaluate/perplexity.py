@@ -21,7 +21,7 @@ from attrs import asdict, frozen
 from blockspec.data.measure import TextSize, bits_per_byte, bits_per_character
 from blockspec.evaluate.windows import Window
 from blockspec.modules.transformer import Transformer
-from blockspec.train.generate import eval_mode
+from blockspec.generation.tokens import eval_mode
 
 __all__ = ["Perplexity", "Scored", "score_windows"]
 

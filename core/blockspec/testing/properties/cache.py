@@ -1,7 +1,7 @@
 """The cache path: what decoding through a KV cache computes equals what one uncached call computes.
 
 Generation runs a prompt through the cache in one call at position 0, then a token (or a chunk)
-at a time, each call at the position where the last ended (``blockspec.train.generate``). Every
+at a time, each call at the position where the last ended (``blockspec.generation.tokens``). Every
 check here feeds positions 0..T-1 that way (a ``CacheCase``: a prefix, then chunks) and compares
 each call's output with the same rows of one uncached call over all T positions. T reaches past
 the context length and past the tables components keep, where cache bugs live. Parameters are

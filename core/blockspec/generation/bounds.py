@@ -11,8 +11,8 @@ import math
 from numbers import Integral, Real
 
 from blockspec.errors import InputError, Problem
+from blockspec.train.seeds import SEEDS
 
-SEEDS = (-(2**63), 2**64 - 1)  # what torch.manual_seed takes
 MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 OVERFLOWS = ("slide", "error")
 

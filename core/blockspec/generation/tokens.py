@@ -14,7 +14,7 @@ from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
-from blockspec.train.generation_bounds import check_generation_arguments
+from blockspec.generation.bounds import check_generation_arguments
 
 
 def generate(

@@ -1,6 +1,6 @@
 """``blockspec.generate``: continue a prompt from a model or any model source, in the source's own tokenizer.
 
-The notebook's call over ``train.generate.generate``: a path is opened with ``sources.open_source`` (a
+The notebook's call over ``generation.tokens.generate``: a path is opened with ``sources.open_source`` (a
 checkpoint, a training checkpoint, a Hugging Face directory), a text is encoded with the source's tokenizer
 (``Source.tokenizer``, the one rule) and the result decoded with it. Every setting is a keyword, so a
 settings object or streaming can join later without breaking a call. The defaults are the command's
@@ -22,7 +22,7 @@ from blockspec.errors import InputError, Problem
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.sources import open_source
-from blockspec.train.generate import generate as sample_tokens
+from blockspec.generation.tokens import generate as sample_tokens
 
 DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0  # the command's defaults
 INTEGER_IDS = (torch.long, torch.int32)  # what the token embedding takes
@@ -57,7 +57,7 @@ def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max
     ``model``: a Transformer, or the path of any source with weights, loaded on ``device`` (a model
     object stays where it is). The text goes through ``tokenizer``, by default the source's own; a model
     object knows none, so a text prompt needs ``tokenizer=blockspec.load_tokenizer(path)``. Temperature 0
-    is greedy; the other settings are ``train.generate.generate``'s.
+    is greedy; the other settings are ``generation.tokens.generate``'s.
     """
     model, tokenizer, source = _model_and_tokenizer(model, tokenizer, device, registry)
     prompt_ids = _prompt_ids(prompt, tokenizer)
