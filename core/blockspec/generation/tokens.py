@@ -138,7 +138,8 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
                 finite &= step_finite
                 logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
                 token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
-                token = stops.step(token[:, 0])[:, None]  # (B, 1): finished rows repeat their pad
+                if stops.active:  # nothing to check otherwise: the loop runs as before
+                    token = stops.step(token[:, 0])[:, None]  # (B,) -> (B, 1): finished rows repeat their pad
                 tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
                 if cache is not None and (window is None or tokens.shape[1] <= window):
                     step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
