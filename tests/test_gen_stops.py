@@ -189,3 +189,12 @@ def test_a_stop_the_character_tokenizer_cannot_produce_is_a_warning(tmp_path, ca
                          "--stop", "é")
     assert code == 0 and out.strip() and len(err.strip().splitlines()) == 1
     assert "warning" in err and "'é'" in err and "can never stop" in err
+
+
+def test_a_finished_row_repeats_the_first_stop_id_given():
+    from blockspec.generation.stopping import StopConditions
+
+    stops = StopConditions(2, stop_ids=[7, 3])
+    assert stops.step(torch.tensor([3, 5])).tolist() == [3, 5]
+    assert stops.step(torch.tensor([9, 9])).tolist() == [7, 9] and not stops.all_finished()
+    assert stops.step(torch.tensor([1, 7])).tolist() == [7, 7] and stops.all_finished()

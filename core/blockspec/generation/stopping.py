@@ -34,7 +34,7 @@ class StopConditions:
     def __init__(self, batch: int, *, stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
                  decode: Decode | None = None, device: torch.device | None = None) -> None:
         check_stops(stop_ids, stop_strings, decode)
-        self.stop_ids = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)  # (S,)
+        self.stop_ids = torch.tensor(list(dict.fromkeys(stop_ids)), dtype=torch.long, device=device)  # (S,), in order
         self.stop_strings, self.decode = tuple(stop_strings), decode
         self.finished = torch.zeros(batch, dtype=torch.bool, device=device)  # (B,)
         self.pad = torch.zeros(batch, dtype=torch.long, device=device)  # (B,): what a finished row repeats

@@ -64,7 +64,7 @@ def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max
     is greedy; the other settings are ``generation.tokens.generate``'s. Generation ends early at a ``stop``
     text (the token that completes it is kept) or, with ``eos``, at the tokenizer's end-of-text token.
     """
-    run = _Run.start(model, prompt, locals())
+    run = _Run.start(model, prompt, locals())  # every keyword, by name
     new = [int(token) for token in run.steps]
     return run.result(new)
 
@@ -79,7 +79,7 @@ def stream(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_n
     The arguments are ``generate``'s and are checked before the first piece; a model without a
     tokenizer has no text to stream (use ``generate``, or ``generation.tokens.generate_stream`` for ids).
     """
-    run = _Run.start(model, prompt, locals())
+    run = _Run.start(model, prompt, locals())  # every keyword, by name
     if run.tokenizer is None:
         raise InputError(Problem(path="tokenizer", message="streaming gives text, and no tokenizer goes with the model",
                                  hint="give tokenizer=blockspec.load_tokenizer(path), or use blockspec.generate"))
