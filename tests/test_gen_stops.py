@@ -198,3 +198,15 @@ def test_a_finished_row_repeats_the_first_stop_id_given():
     assert stops.step(torch.tensor([3, 5])).tolist() == [3, 5]
     assert stops.step(torch.tensor([9, 9])).tolist() == [7, 9] and not stops.all_finished()
     assert stops.step(torch.tensor([1, 7])).tolist() == [7, 7] and stops.all_finished()
+
+
+def test_hugging_face_counts_the_prompts_text_and_blockspec_does_not(tiny):
+    """The documented difference: a stop that begins in the prompt and ends in the first new token."""
+    transformers = pytest.importorskip("transformers")
+    bpe = tiny["bpe"]
+    prompt = bpe.encode("ROMEO:")
+    stop = ":" + bpe.decode(greedy(tiny["model"], prompt)[:1])[0]
+    hf_tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tiny["root"] / "hf" / "tokenizer.json"))
+    theirs = hf_greedy(tiny, [prompt], stop_strings=[stop], tokenizer=hf_tokenizer, pad_token_id=0)[0]
+    assert len(theirs) == 1
+    assert len(greedy(tiny["model"], prompt, stop_strings=[stop], decode=bpe.decode)) > 1
