@@ -20,7 +20,7 @@ from .cli_walk import commands
 
 # (command, flag): the flags that keep every value; every other flag is single
 REPEATABLE = {("generate", "--prompt"), ("generate", "--ids"), ("sweep", "--vary"), ("trace", "--stage"),
-              ("list", "--kind"), ("eval", "--data")}
+              ("list", "--kind"), ("eval", "--data"), ("generate", "--stop")}
 NOT_FLAGS = (argparse._HelpAction, argparse._VersionAction)
 CANDIDATES = ("1", "0.5", "cpu", "x.toml")  # a value some argument type accepts
 

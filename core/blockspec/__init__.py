@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from blockspec.assembly.assemble import build
     from blockspec.checkpoint.directory import save
     from blockspec.sources import Source, load, load_tokenizer, open_source
-    from blockspec.generation.text import Generation, generate
+    from blockspec.generation.text import Generation, generate, stream
     from blockspec.evaluate import Perplexity, evaluate_text
     from blockspec.assembly.counting import ParameterCount, count_parameters, estimate_parameters
     from blockspec.modules.kv_cache import KVCache
@@ -58,6 +58,7 @@ _LAZY = {
     "load_tokenizer": "blockspec.sources",  # the tokenizer that goes with a source (the one rule)
     "generate": "blockspec.generation.text",  # a model or any source + a text or ids -> Generation
     "Generation": "blockspec.generation.text",
+    "stream": "blockspec.generation.text",  # generate's new text in whole-character pieces, as it is made
     "evaluate_text": "blockspec.evaluate",  # a model or any source + text files -> Perplexity (bits per byte too)
     "Perplexity": "blockspec.evaluate",
     "save": "blockspec.checkpoint.directory",
@@ -136,6 +137,7 @@ __all__ = [
     "open_source",
     "save",
     "spec_to_dict",
+    "stream",
     "structure_spec",
     "trace",
 ]

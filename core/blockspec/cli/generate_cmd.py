@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
                                   add_memory_check_argument, emit_json, flag_names,
-                                  memory_limit, new_token_count, non_negative_float, positive_int,
+                                  memory_limit, new_token_count, non_negative_float, positive_int, print_warning,
                                   registry_with_warnings, resolve_device, seed_int)
 
 DEFAULT_NEW_TOKENS = 200
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
          "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
+         "stop_strings": "--stop", "stop": "--stop",
          **MEMORY_FLAGS}
 
 
@@ -35,11 +37,19 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length tokens "
                         "(slide, the default) or refuse (error)")
+    parser.add_argument("--stop", action="append", default=[], metavar="STRING",
+                        help="end a continuation at this text (kept, with the token that completes it); "
+                             "repeat for several")
+    parser.add_argument("--no-eos", action="store_true",
+                        help="run past the tokenizer's end-of-text token (by default generation ends there)")
+    parser.add_argument("--stream", action="store_true",
+                        help="print text as it is decoded (with --json: one JSON object per line and piece, "
+                             "then the final object)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
     add_device_argument(parser)
     add_memory_check_argument(parser)
-    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer); a list of them "
-                              "for several prompts")
+    add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer, stop_reason); a list "
+                              "of them for several prompts")
     parser.set_defaults(run=run)
 
 
@@ -49,17 +59,21 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.prompt is not None and not all(args.prompt):
         raise UsageError("--prompt: expected at least one character, found an empty text")
+    _check_stop_flags(args)
     with flag_names(FLAGS):
         source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
         model, tokenizer = source.model(device=device), source.tokenizer()
+    _warn_unproducible(args.stop, tokenizer)
     requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
     records = []
     for number, (given, prompt, new_tokens) in enumerate(requests, start=1):  # each checked before the first runs
         records.append(_continued(args, model, tokenizer, prompt, new_tokens))
         records[-1]["prompt" if args.ids is None else "prompt_ids"] = given
-        if not args.json:
+        if args.stream and args.json:
+            print(json.dumps(records[-1]), flush=True)  # the final object, one line after the pieces
+        elif not args.json and not args.stream:
             _print(args, records[-1], number, len(requests))
-    if args.json:
+    if args.json and not args.stream:
         emit_json(records[0] if len(records) == 1 else records)
     return 0
 
@@ -82,15 +96,66 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
 
 def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: int) -> dict:
     """One prompt (1, N) continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
-    from blockspec.generation.tokens import generate
+    from blockspec.generation.stopping import end_of_text_id, stop_reason
+    from blockspec.generation.tokens import generate_stream
 
+    eos_id = None if args.no_eos or tokenizer is None else end_of_text_id(tokenizer)
+    decode = None if tokenizer is None else tokenizer.decode
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
-        ids = generate(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                       seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
-                       vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
-                       memory_check=not args.no_memory_check)[0].tolist()
-    return {"model": model.spec.model.name, "prompt": None, "text": None if tokenizer is None else tokenizer.decode(ids),
-            "new_tokens": new_tokens, "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe()}
+        steps = generate_stream(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature,
+                                top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
+                                vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
+                                memory_check=not args.no_memory_check, stop_ids=() if eos_id is None else (eos_id,),
+                                stop_strings=args.stop, decode=decode)
+        new = _streamed(args, steps, decode) if args.stream else [int(step) for step in steps]
+    ids = prompt[0].tolist() + new
+    return {"model": model.spec.model.name, "prompt": None, "text": None if decode is None else decode(ids),
+            "new_tokens": len(new), "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe(),
+            "stop_reason": stop_reason(new, eos_id=eos_id, stop_strings=args.stop, decode=decode)}
+
+
+def _streamed(args: argparse.Namespace, steps, decode) -> list[int]:
+    """Each step's whole characters printed as they come (a JSON line each with --json); the new ids."""
+    from blockspec.generation.streaming import TextStream
+
+    text, new = TextStream(1, decode), []
+    for step in steps:
+        new.append(int(step))
+        _print_piece(args, text.push(step.tolist())[0])
+    _print_piece(args, text.flush()[0])
+    if not args.json:
+        print(flush=True)
+    return new
+
+
+def _print_piece(args: argparse.Namespace, piece: str) -> None:
+    if piece and args.json:
+        print(json.dumps({"piece": piece}), flush=True)
+    elif piece:
+        print(piece, end="", flush=True)
+
+
+def _check_stop_flags(args: argparse.Namespace) -> None:
+    """Refuse, in one line, what the stop and stream flags cannot do."""
+    if not all(args.stop):
+        raise UsageError("--stop: expected at least one character, found an empty text")
+    if args.stream and args.ids is not None:
+        raise UsageError("--stream: streams text, and --ids prints ids; give --prompt, or drop --stream")
+    if args.stream and len(args.prompt) > 1:
+        raise UsageError(f"--stream: streams one prompt, found {len(args.prompt)} --prompt flags")
+
+
+def _warn_unproducible(stops: list[str], tokenizer) -> None:
+    """A stop text the tokenizer cannot produce never stops generation: say so, and go on."""
+    from blockspec.generation.stopping import unproducible
+
+    if stops and tokenizer is None:
+        raise UsageError("--stop: this checkpoint carries no tokenizer, so there is no text to match")
+    for stop in stops:
+        missing = unproducible(stop, tokenizer)
+        if missing is not None:
+            print_warning(f"--stop {stop!r}: the tokenizer ({tokenizer.describe()}) has no token for {missing!r}, "
+                          "so it can never stop generation")
 
 
 def _vocab_limit(tokenizer) -> int | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
 import torch
+from attrs import define
 
 from blockspec.assembly.memory import check_fits, generation_estimate
 from blockspec.errors import ContextLengthError, Problem
@@ -15,6 +16,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_generation_arguments
+from blockspec.generation.stopping import StopConditions
 
 
 def generate(
@@ -30,8 +32,15 @@ def generate(
     vocab_limit: int | None = None,
     source: str = "the model",
     memory_check: bool = True,
+    stop_ids: Sequence[int] = (),
+    stop_strings: Sequence[str] = (),
+    decode: Callable[[list[int]], str] | None = None,
 ) -> torch.Tensor:
-    """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
+    """ids (B, N) -> (B, N + T): the prompt followed by T <= max_new_tokens sampled tokens.
+
+    ``generate_stream``'s steps joined: the run ends early when every row has met a stop (an id in
+    ``stop_ids``, or a text in ``stop_strings``, matched on ``decode`` of the row's new tokens; see
+    ``generation.stopping``). A row that stops first is padded with the first stop id (else its last token).
 
     ``temperature`` 0 is greedy decoding. The cache only saves work: cached and
     uncached decoding compute the same logits, so greedy outputs are identical.
@@ -55,36 +64,92 @@ def generate(
     ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
+    steps = generate_stream(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                            seed=seed, use_cache=use_cache, overflow=overflow, vocab_limit=vocab_limit, source=source,
+                            memory_check=memory_check, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode)
+    return torch.cat((ids, *(token[:, None] for token in steps)), dim=1)  # (B, N) + T x (B, 1) -> (B, N + T)
+
+
+def generate_stream(
+    model: Transformer,
+    ids: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int | None = None,
+    use_cache: bool = True,
+    overflow: Literal["slide", "error"] = "slide",
+    vocab_limit: int | None = None,
+    source: str = "the model",
+    memory_check: bool = True,
+    stop_ids: Sequence[int] = (),
+    stop_strings: Sequence[str] = (),
+    decode: Callable[[list[int]], str] | None = None,
+) -> Iterator[torch.Tensor]:
+    """``generate``'s steps, each the new tokens (B,) as sampled; the same arguments, checked before it returns.
+
+    Between steps the model stays in eval mode (restored when the stream ends or is closed); inference mode
+    holds only while a step runs.
+    """
     check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, overflow=overflow,
                   seed=seed, vocab_limit=vocab_limit)
-    finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
-    generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
+    stops = StopConditions(ids.shape[0], stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+                           device=ids.device)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
-    with eval_mode(model), torch.inference_mode():
-        batch, n_prompt = ids.shape
-        total = n_prompt + max_new_tokens
-        cached = use_cache and (window is None or n_prompt <= window)
-        length = total if window is None else min(total, window)
-        if memory_check:  # first: the estimate reads no weight
-            _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
-        check_finite_weights(model, source=source)
-        cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
-        tokens, step_input, start = ids, _cropped(ids, window), 0
-        last_only = _positionwise_head(model)
+    batch, n_prompt = ids.shape
+    cached = use_cache and (window is None or n_prompt <= window)
+    length = n_prompt + max_new_tokens if window is None else min(n_prompt + max_new_tokens, window)
+    if memory_check:  # first: the estimate reads no weight
+        _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
+    check_finite_weights(model, source=source)
+    cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
+    generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
+    settings = _Settings(temperature=temperature, top_k=top_k, vocab_limit=vocab_limit, generator=generator,
+                         window=window, source=source)
+    return _steps(model, ids, cache, stops, settings, max_new_tokens)
+
+
+@define(kw_only=True)
+class _Settings:
+    """What every step of one run reads."""
+
+    temperature: float
+    top_k: int | None
+    vocab_limit: int | None
+    generator: torch.Generator | None
+    window: int | None
+    source: str
+
+
+def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: StopConditions, settings: _Settings,
+           max_new_tokens: int) -> Iterator[torch.Tensor]:
+    """The decoding loop: one (B,) per step until ``max_new_tokens`` or every row stops."""
+    finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
+    temperature, top_k, generator, window = settings.temperature, settings.top_k, settings.generator, settings.window
+    tokens, step_input, start = ids, _cropped(ids, window), 0
+    last_only = _positionwise_head(model)
+    with eval_mode(model):
         for _ in range(max_new_tokens):
-            logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1, :vocab_limit]  # (B, |V|)
-            step_finite = torch.isfinite(logits).all()
-            finite &= step_finite
-            logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
-            token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
-            tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
-            if cache is not None and (window is None or tokens.shape[1] <= window):
-                step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
-            else:
-                cache, step_input, start = None, _cropped(tokens, window), 0  # recompute the (last) window
+            with torch.inference_mode():
+                logits = model(step_input, start=start, cache=cache, last_only=last_only)
+                logits = logits[:, -1, :settings.vocab_limit]  # (B, T, V) -> (B, |V|)
+                step_finite = torch.isfinite(logits).all()
+                finite &= step_finite
+                logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
+                token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
+                if stops.active:  # nothing to check otherwise: the loop runs as before
+                    token = stops.step(token[:, 0])[:, None]  # (B,) -> (B, 1): finished rows repeat their pad
+                tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
+                if cache is not None and (window is None or tokens.shape[1] <= window):
+                    step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
+                else:
+                    cache, step_input, start = None, _cropped(tokens, window), 0  # recompute the (last) window
+            yield token[:, 0].clone()  # (B,): a plain tensor outside inference mode
+            if stops.active and stops.all_finished():
+                break
     if not bool(finite):
-        raise non_finite_logits(source)
-    return tokens
+        raise non_finite_logits(settings.source)
 
 
 def _check_memory(model: Transformer, ids: torch.Tensor, length: int, *, cached: bool, new_tokens: int) -> None:
