@@ -49,7 +49,9 @@ class Generation:
 
 
 def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-             temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, seed: int | None = DEFAULT_SEED,
+             temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
+             min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0, seed: int | None = DEFAULT_SEED,
              tokenizer: Tokenizer | None = None, use_cache: bool = True, overflow: Literal["slide", "error"] = "slide",
              device: torch.device | str | None = None, registry: Registry | None = None) -> Generation:
     """Continue ``prompt`` (a text, or token ids: a list, or a tensor (N,) or (1, N)) with ``model``.
@@ -57,12 +59,14 @@ def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max
     ``model``: a Transformer, or the path of any source with weights, loaded on ``device`` (a model
     object stays where it is). The text goes through ``tokenizer``, by default the source's own; a model
     object knows none, so a text prompt needs ``tokenizer=blockspec.load_tokenizer(path)``. Temperature 0
-    is greedy; the other settings are ``generation.tokens.generate``'s.
+    is greedy (after the penalties); the other settings are ``generation.tokens.generate``'s.
     """
     model, tokenizer, source = _model_and_tokenizer(model, tokenizer, device, registry)
     prompt_ids = _prompt_ids(prompt, tokenizer)
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=_device_of(model))  # (1, N)
-    out = sample_tokens(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
+    out = sample_tokens(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                        frequency_penalty=frequency_penalty, seed=seed,
                         use_cache=use_cache, overflow=overflow, source=source,
                         vocab_limit=None if tokenizer is None else tokenizer.vocab_size)[0].tolist()
     return Generation(ids=tuple(out), prompt_length=len(prompt_ids),

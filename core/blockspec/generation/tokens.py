@@ -9,12 +9,14 @@ from typing import Literal
 import torch
 
 from blockspec.assembly.memory import check_fits, generation_estimate
-from blockspec.errors import ContextLengthError, Problem
+from blockspec.errors import ContextLengthError, InputError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_generation_arguments
+from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
+                                             repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
 
 
 def generate(
@@ -24,6 +26,11 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
     seed: int | None = None,
     use_cache: bool = True,
     overflow: Literal["slide", "error"] = "slide",
@@ -55,8 +62,9 @@ def generate(
     ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
-    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, overflow=overflow,
-                  seed=seed, vocab_limit=vocab_limit)
+    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                  min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                  frequency_penalty=frequency_penalty, overflow=overflow, seed=seed, vocab_limit=vocab_limit)
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -71,12 +79,15 @@ def generate(
         cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
         tokens, step_input, start = ids, _cropped(ids, window), 0
         last_only = _positionwise_head(model)
+        counts = TokenCounts.start(ids, vocab_limit or model.embedding.num_embeddings)  # what the penalties read
         for _ in range(max_new_tokens):
             logits = model(step_input, start=start, cache=cache, last_only=last_only)[:, -1, :vocab_limit]  # (B, |V|)
             step_finite = torch.isfinite(logits).all()
             finite &= step_finite
             logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
-            token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
+            token = sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, counts=counts,  # (B, 1)
+                           repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                           frequency_penalty=frequency_penalty, generator=generator)
             tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
             if cache is not None and (window is None or tokens.shape[1] <= window):
                 step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
@@ -101,35 +112,66 @@ def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, *, temperature: float, top_k: int | None = None, generator: torch.Generator | None = None
+    logits: torch.Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None,
+    min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0, counts: TokenCounts | None = None, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token.
+    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token after the penalties.
 
-    The temperature divides each logit's distance from the largest, never the logit itself: the
-    distances are <= 0 and the largest stays 0, so however small the temperature (1e-40 is a float32
-    subnormal, 1e-300 rounds to 0) nothing overflows to inf and the softmax cannot be NaN. A tiny
-    temperature is then what its limit is: every draw among the likeliest tokens, i.e. greedy.
+    The penalties read ``counts`` (``TokenCounts``), which this call updates with the drawn tokens, so
+    a caller keeps one for the whole generation; without penalties it may be None. The order of the
+    processors is Hugging Face's (``generation.processors``); with every setting off the result is
+    what plain temperature and top-k sampling gives.
     """
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float()
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    below = logits - logits.amax(dim=-1, keepdim=True)  # (B, |V|): <= 0, the likeliest at 0
-    scaled = torch.where(below == 0, 0.0, below / temperature)  # 0/0 (a temperature that rounds to 0) is no NaN
-    return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator)
+    logits = _penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
+    token = logits.argmax(dim=-1, keepdim=True) if temperature == 0 else _drawn(
+        logits.float(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator)
+    if counts is not None:
+        counts.add(token)
+    return token  # (B, 1)
+
+
+def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: float | None, presence: float,
+               frequency: float) -> torch.Tensor:
+    """The logits with the repetition, presence and frequency penalties that are on (all off: unchanged)."""
+    wanted = repetition not in (None, 1.0) or presence != 0 or frequency != 0
+    if not wanted:
+        return logits
+    if counts is None:
+        raise InputError(Problem(path="counts", expected="the TokenCounts of the generation so far, which the "
+                                 "penalties read", found="None"))
+    if repetition not in (None, 1.0):
+        logits = repetition_penalized(logits, counts.seen(), repetition)
+    if presence != 0 or frequency != 0:
+        logits = presence_frequency_penalized(logits, counts.generated, presence, frequency)
+    return logits
+
+
+def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
+           generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from float logits (B, |V|) after the filters; top-k first, as it commutes with temperature."""
+    if top_k is not None:
+        logits = top_k_filtered(logits, top_k)
+    logits = temperature_scaled(logits, temperature)
+    if top_p is not None and top_p < 1:
+        logits = top_p_filtered(logits, top_p)
+    if min_p is not None and min_p > 0:
+        logits = min_p_filtered(logits, min_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
 
 
 def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
-                  top_k: int | None = None, overflow: str = "slide", seed: int | None = None,
+                  top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
+                  repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+                  frequency_penalty: float = 0.0, overflow: str = "slide", seed: int | None = None,
                   vocab_limit: int | None = None) -> None:
     """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
     and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
     all before it generates the first."""
     check_token_ids(ids, min_length=1)
-    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
-                               overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
+    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                               frequency_penalty=frequency_penalty, seed=seed, overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
     limit = model.positional.max_positions
     n_prompt = ids.shape[1]
     end = n_prompt + max_new_tokens
