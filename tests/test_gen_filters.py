@@ -4,6 +4,7 @@ and the command refuses a value out of bounds in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -23,6 +24,7 @@ from blockspec.generation.processors import (TokenCounts, min_p_filtered, presen
 from blockspec.generation.tokens import generate, sample  # noqa: E402
 from blockspec.interop import import_hf  # noqa: E402
 
+from .cli_assets import make_assets  # noqa: E402
 from .hf_parity import tiny  # noqa: E402
 from .specs import spec_text  # noqa: E402
 
@@ -187,3 +189,17 @@ def test_the_command_refuses_a_bad_filter_in_one_line(capsys, tmp_path, flag, va
     code = blockspec.cli.main(["generate", str(tmp_path / "missing"), "--prompt", "to", flag, value])
     out, err = capsys.readouterr()
     assert code == 2 and err.startswith(f"blockspec: error: {said}") and err.count("\n") == 1 and not out, err
+
+
+def test_the_command_passes_the_filters_to_generate(capsys, tmp_path_factory):
+    """``--repetition-penalty`` and the rest reach ``generate``: the command prints what the library makes."""
+    assets = make_assets(tmp_path_factory.mktemp("assets"))
+    capsys.readouterr()  # what training printed
+    flags = {"top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.8, "presence_penalty": 0.5, "frequency_penalty": 0.3}
+    line = ["generate", str(assets.char_ckpt), "--prompt", "to", "--max-new-tokens", "12", "--device", "cpu", "--json"]
+    for name, value in flags.items():
+        line += [f"--{name.replace('_', '-')}", str(value)]
+    assert blockspec.cli.main(line) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = blockspec.generate(str(assets.char_ckpt), "to", max_new_tokens=12, device="cpu", **flags)
+    assert tuple(printed["ids"]) == expected.ids
