@@ -40,7 +40,9 @@ def generate(
 ) -> torch.Tensor:
     """ids (B, N) -> (B, N + max_new_tokens): the prompt followed by sampled tokens.
 
-    ``temperature`` 0 is greedy decoding. The cache only saves work: cached and
+    ``temperature`` 0 is greedy decoding (the argmax after the penalties). ``top_p``, ``min_p``,
+    ``repetition_penalty``, ``presence_penalty`` and ``frequency_penalty`` are ``sample``'s, off by
+    default; the counts the penalties read are kept step by step (``TokenCounts``). The cache only saves work: cached and
     uncached decoding compute the same logits, so greedy outputs are identical.
 
     A positional encoder with a bounded table (learned positions: ``max_positions`` =
