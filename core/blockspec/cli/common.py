@@ -20,7 +20,7 @@ from blockspec.outputs.kinds import OutputKind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
-from blockspec.generation.bounds import MAX_NEW_TOKENS
+from blockspec.generation.bounds import MAX_ADDITIVE_PENALTY, MAX_NEW_TOKENS, MAX_REPETITION_PENALTY
 from blockspec.train.seeds import SEEDS
 
 if TYPE_CHECKING:
@@ -155,6 +155,14 @@ thread_count = _number_type("thread_count", lambda t: _int(t), lambda v: 1 <= v 
                             f"an integer from 1 to {MAX_THREADS}")  # torch's pools take no more
 positive_float = _number_type("positive_float", lambda t: _float(t), lambda v: v > 0, "a number > 0")
 non_negative_float = _number_type("non_negative_float", lambda t: _float(t), lambda v: v >= 0, "a number >= 0")
+top_p_fraction = _number_type("top_p_fraction", lambda t: _float(t), lambda v: 0 < v <= 1, "a number in (0, 1]")
+min_p_fraction = _number_type("min_p_fraction", lambda t: _float(t), lambda v: 0 <= v <= 1, "a number in [0, 1]")
+repetition_penalty_float = _number_type(
+    "repetition_penalty_float", lambda t: _float(t), lambda v: 0 < v <= MAX_REPETITION_PENALTY,
+    f"a number > 0 and <= {MAX_REPETITION_PENALTY:g} (1: off)")
+additive_penalty_float = _number_type(
+    "additive_penalty_float", lambda t: _float(t), lambda v: -MAX_ADDITIVE_PENALTY <= v <= MAX_ADDITIVE_PENALTY,
+    f"a number from -{MAX_ADDITIVE_PENALTY:g} to {MAX_ADDITIVE_PENALTY:g} (0: off)")
 
 
 def _int(text: str) -> int | None:

@@ -6,14 +6,17 @@ import argparse
 import json
 
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
-                                  add_memory_check_argument, emit_json, flag_names,
-                                  memory_limit, new_token_count, non_negative_float, positive_int, print_warning,
-                                  registry_with_warnings, resolve_device, seed_int)
+                                  add_memory_check_argument, additive_penalty_float, emit_json, flag_names,
+                                  memory_limit, min_p_fraction, new_token_count, non_negative_float, positive_int,
+                                  print_warning, registry_with_warnings, repetition_penalty_float, resolve_device,
+                                  seed_int, top_p_fraction)
 
 DEFAULT_NEW_TOKENS = 200
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
          "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
          "stop_strings": "--stop", "stop": "--stop",
+         "top_p": "--top-p", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
+         "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty",
          **MEMORY_FLAGS}
 
 
@@ -33,6 +36,7 @@ def add_parser(subparsers) -> None:
                              "higher is more varied (default 0.8)")
     parser.add_argument("--top-k", type=positive_int, metavar="K",
                         help="sample only among the K likeliest tokens (default: all)")
+    _add_filter_arguments(parser)
     parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length tokens "
@@ -51,6 +55,29 @@ def add_parser(subparsers) -> None:
     add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer, stop_reason); a list "
                               "of them for several prompts")
     parser.set_defaults(run=run)
+
+
+def _add_filter_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sampling filters and penalties after --top-k, applied in Hugging Face's order (generation.processors)."""
+    parser.add_argument("--top-p", type=top_p_fraction, metavar="P", help="nucleus sampling: only the likeliest "
+                        "tokens whose probabilities add up to P, a number in (0, 1] (default 1: all)")
+    parser.add_argument("--min-p", type=min_p_fraction, metavar="P", help="only tokens at least P times as likely "
+                        "as the likeliest, P in [0, 1] (default 0: all)")
+    parser.add_argument("--repetition-penalty", type=repetition_penalty_float, metavar="R", help="Hugging Face's "
+                        "penalty on every token of the prompt and the text so far: a logit > 0 divided by R, < 0 "
+                        "multiplied (default 1: off)")
+    parser.add_argument("--presence-penalty", type=additive_penalty_float, default=0.0, metavar="X",
+                        help="subtract X from the logit of every token already generated, X from -2 to 2 "
+                             "(default 0: off)")
+    parser.add_argument("--frequency-penalty", type=additive_penalty_float, default=0.0, metavar="X",
+                        help="subtract X times its count from the logit of every token already generated, "
+                             "X from -2 to 2 (default 0: off)")
+
+
+def _filters(args: argparse.Namespace) -> dict:
+    """The filter and penalty flags as ``generate``'s keywords."""
+    return {"top_p": args.top_p, "min_p": args.min_p, "repetition_penalty": args.repetition_penalty,
+            "presence_penalty": args.presence_penalty, "frequency_penalty": args.frequency_penalty}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +117,7 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
     new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
     with flag_names(FLAGS):
         check_request(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                      overflow=args.overflow, seed=args.seed, vocab_limit=_vocab_limit(tokenizer))
+                      **_filters(args), overflow=args.overflow, seed=args.seed, vocab_limit=_vocab_limit(tokenizer))
     return given, prompt, new_tokens
 
 
@@ -103,7 +130,8 @@ def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: i
     decode = None if tokenizer is None else tokenizer.decode
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
         steps = generate_stream(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature,
-                                top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache, overflow=args.overflow,
+                                top_k=args.top_k, **_filters(args), seed=args.seed, use_cache=not args.no_cache,
+                                overflow=args.overflow,
                                 vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
                                 memory_check=not args.no_memory_check, stop_ids=() if eos_id is None else (eos_id,),
                                 stop_strings=args.stop, decode=decode)

@@ -15,21 +15,40 @@ from blockspec.train.seeds import SEEDS
 
 MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 OVERFLOWS = ("slide", "error")
+MAX_REPETITION_PENALTY = 1e6  # finite: a logit divided by inf is NaN-free but a penalty of inf is surely a typo
+MAX_ADDITIVE_PENALTY = 2.0  # the presence and frequency penalties' range in OpenAI's API, which vLLM shares
 
 
 def check_generation_arguments(*, max_new_tokens: object, temperature: object, top_k: object, seed: object,
-                               overflow: object, vocab_limit: object, vocab_size: int) -> None:
+                               overflow: object, vocab_limit: object, vocab_size: int, top_p: object = None,
+                               min_p: object = None, repetition_penalty: object = None,
+                               presence_penalty: object = 0.0, frequency_penalty: object = 0.0) -> None:
     """Refuse the first argument outside its bound, naming it and the value given."""
     _require("max_new_tokens", max_new_tokens, _integer(max_new_tokens, 0, MAX_NEW_TOKENS),
              f"an integer from 0 to {MAX_NEW_TOKENS:_}")
     _require("temperature", temperature, _real(temperature) and math.isfinite(temperature) and temperature >= 0,
              "a finite number >= 0 (0: greedy; a tiny one samples as greedy does)")
     _require("top_k", top_k, top_k is None or _integer(top_k, 1, math.inf), "None or an integer >= 1")
+    check_sampling_filters(top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty,
+                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty)
     _require("seed", seed, seed is None or _integer(seed, *SEEDS), f"None or an integer from {SEEDS[0]} to {SEEDS[1]}")
     _require("overflow", overflow, isinstance(overflow, str) and overflow in OVERFLOWS,
              " or ".join(map(repr, OVERFLOWS)))
     _require("vocab_limit", vocab_limit, vocab_limit is None or _integer(vocab_limit, 1, vocab_size),
              f"None or an integer from 1 to {vocab_size} (the model's vocabulary)")
+
+
+def check_sampling_filters(*, top_p: object, min_p: object, repetition_penalty: object, presence_penalty: object,
+                           frequency_penalty: object) -> None:
+    """The filters and penalties of ``generation.processors``: off is None (or 0 for the additive penalties)."""
+    _require("top_p", top_p, top_p is None or (_real(top_p) and 0 < top_p <= 1), "None or a number in (0, 1]")
+    _require("min_p", min_p, min_p is None or (_real(min_p) and 0 <= min_p <= 1), "None or a number in [0, 1]")
+    _require("repetition_penalty", repetition_penalty, repetition_penalty is None or (
+        _real(repetition_penalty) and 0 < repetition_penalty <= MAX_REPETITION_PENALTY),
+        f"None or a number > 0 and <= {MAX_REPETITION_PENALTY:g} (1: off)")
+    for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
+        _require(name, value, _real(value) and -MAX_ADDITIVE_PENALTY <= value <= MAX_ADDITIVE_PENALTY,
+                 f"a number from -{MAX_ADDITIVE_PENALTY:g} to {MAX_ADDITIVE_PENALTY:g} (0: off)")
 
 
 def _require(name: str, value: object, holds: bool, expected: str) -> None:

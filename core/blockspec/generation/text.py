@@ -29,6 +29,7 @@ from blockspec.generation.tokens import generate_stream
 DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0  # the command's defaults
 INTEGER_IDS = (torch.long, torch.int32)  # what the token embedding takes
 Prompt = str | Sequence[int] | torch.Tensor
+FILTERS = ("top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")  # sample()'s
 
 __all__ = ["Generation", "generate", "stream"]
 
@@ -52,7 +53,9 @@ class Generation:
 
 
 def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-             temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, seed: int | None = DEFAULT_SEED,
+             temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
+             min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0, seed: int | None = DEFAULT_SEED,
              tokenizer: Tokenizer | None = None, use_cache: bool = True, overflow: Literal["slide", "error"] = "slide",
              device: torch.device | str | None = None, registry: Registry | None = None,
              stop: Sequence[str] = (), eos: bool = True) -> Generation:
@@ -61,7 +64,7 @@ def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max
     ``model``: a Transformer, or the path of any source with weights, loaded on ``device`` (a model
     object stays where it is). The text goes through ``tokenizer``, by default the source's own; a model
     object knows none, so a text prompt needs ``tokenizer=blockspec.load_tokenizer(path)``. Temperature 0
-    is greedy; the other settings are ``generation.tokens.generate``'s. Generation ends early at a ``stop``
+    is greedy (after the penalties); the other settings are ``generation.tokens.generate``'s. Generation ends early at a ``stop``
     text (the token that completes it is kept) or, with ``eos``, at the tokenizer's end-of-text token.
     """
     run = _Run.start(model, prompt, locals())  # every keyword, by name
@@ -70,7 +73,9 @@ def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max
 
 
 def stream(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-           temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, seed: int | None = DEFAULT_SEED,
+           temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
+           min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+           frequency_penalty: float = 0.0, seed: int | None = DEFAULT_SEED,
            tokenizer: Tokenizer | None = None, use_cache: bool = True, overflow: Literal["slide", "error"] = "slide",
            device: torch.device | str | None = None, registry: Registry | None = None,
            stop: Sequence[str] = (), eos: bool = True) -> Iterator[str]:
@@ -118,6 +123,7 @@ class _Run:
         steps = generate_stream(
             model, ids, max_new_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
             top_k=settings["top_k"], seed=settings["seed"], use_cache=settings["use_cache"],
+            **{name: settings[name] for name in FILTERS},
             overflow=settings["overflow"], source=source, vocab_limit=None if tokenizer is None else tokenizer.vocab_size,
             stop_ids=() if eos_id is None else (eos_id,), stop_strings=stop,
             decode=None if tokenizer is None else tokenizer.decode)

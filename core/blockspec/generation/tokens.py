@@ -10,12 +10,14 @@ import torch
 from attrs import define
 
 from blockspec.assembly.memory import check_fits, generation_estimate
-from blockspec.errors import ContextLengthError, Problem
+from blockspec.errors import ContextLengthError, InputError, Problem
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_generation_arguments
+from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
+                                             repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
 from blockspec.generation.stopping import StopConditions
 
 
@@ -26,6 +28,11 @@ def generate(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
     seed: int | None = None,
     use_cache: bool = True,
     overflow: Literal["slide", "error"] = "slide",
@@ -42,7 +49,9 @@ def generate(
     ``stop_ids``, or a text in ``stop_strings``, matched on ``decode`` of the row's new tokens; see
     ``generation.stopping``). A row that stops first is padded with the first stop id (else its last token).
 
-    ``temperature`` 0 is greedy decoding. The cache only saves work: cached and
+    ``temperature`` 0 is greedy decoding (the argmax after the penalties). ``top_p``, ``min_p``,
+    ``repetition_penalty``, ``presence_penalty`` and ``frequency_penalty`` are ``sample``'s, off by
+    default; the counts the penalties read are kept step by step (``TokenCounts``). The cache only saves work: cached and
     uncached decoding compute the same logits, so greedy outputs are identical.
 
     A positional encoder with a bounded table (learned positions: ``max_positions`` =
@@ -65,7 +74,8 @@ def generate(
     device cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
     steps = generate_stream(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                            seed=seed, use_cache=use_cache, overflow=overflow, vocab_limit=vocab_limit, source=source,
+                            top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                            frequency_penalty=frequency_penalty, seed=seed, use_cache=use_cache, overflow=overflow, vocab_limit=vocab_limit, source=source,
                             memory_check=memory_check, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode)
     return torch.cat((ids, *(token[:, None] for token in steps)), dim=1)  # (B, N) + T x (B, 1) -> (B, N + T)
 
@@ -77,6 +87,11 @@ def generate_stream(
     max_new_tokens: int,
     temperature: float = 1.0,
     top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
     seed: int | None = None,
     use_cache: bool = True,
     overflow: Literal["slide", "error"] = "slide",
@@ -92,8 +107,9 @@ def generate_stream(
     Between steps the model stays in eval mode (restored when the stream ends or is closed); inference mode
     holds only while a step runs.
     """
-    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, overflow=overflow,
-                  seed=seed, vocab_limit=vocab_limit)
+    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                  min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                  frequency_penalty=frequency_penalty, overflow=overflow, seed=seed, vocab_limit=vocab_limit)
     stops = StopConditions(ids.shape[0], stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
                            device=ids.device)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
@@ -105,8 +121,10 @@ def generate_stream(
     check_finite_weights(model, source=source)
     cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
     generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
-    settings = _Settings(temperature=temperature, top_k=top_k, vocab_limit=vocab_limit, generator=generator,
-                         window=window, source=source)
+    settings = _Settings(filters=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                      repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                                      frequency_penalty=frequency_penalty),
+                         vocab_limit=vocab_limit, generator=generator, window=window, source=source)
     return _steps(model, ids, cache, stops, settings, max_new_tokens)
 
 
@@ -114,8 +132,7 @@ def generate_stream(
 class _Settings:
     """What every step of one run reads."""
 
-    temperature: float
-    top_k: int | None
+    filters: dict[str, float | int | None]  # ``sample``'s keywords: temperature, top-k, top-p, min-p, penalties
     vocab_limit: int | None
     generator: torch.Generator | None
     window: int | None
@@ -126,9 +143,10 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
            max_new_tokens: int) -> Iterator[torch.Tensor]:
     """The decoding loop: one (B,) per step until ``max_new_tokens`` or every row stops."""
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
-    temperature, top_k, generator, window = settings.temperature, settings.top_k, settings.generator, settings.window
+    generator, window = settings.generator, settings.window
     tokens, step_input, start = ids, _cropped(ids, window), 0
     last_only = _positionwise_head(model)
+    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings)  # what the penalties read
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
@@ -137,7 +155,7 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
                 step_finite = torch.isfinite(logits).all()
                 finite &= step_finite
                 logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
-                token = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (B, 1)
+                token = sample(logits, **settings.filters, counts=counts, generator=generator)  # (B, 1)
                 if stops.active:  # nothing to check otherwise: the loop runs as before
                     token = stops.step(token[:, 0])[:, None]  # (B,) -> (B, 1): finished rows repeat their pad
                 tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
@@ -166,35 +184,66 @@ def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, *, temperature: float, top_k: int | None = None, generator: torch.Generator | None = None
+    logits: torch.Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None,
+    min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0, counts: TokenCounts | None = None, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token.
+    """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token after the penalties.
 
-    The temperature divides each logit's distance from the largest, never the logit itself: the
-    distances are <= 0 and the largest stays 0, so however small the temperature (1e-40 is a float32
-    subnormal, 1e-300 rounds to 0) nothing overflows to inf and the softmax cannot be NaN. A tiny
-    temperature is then what its limit is: every draw among the likeliest tokens, i.e. greedy.
+    The penalties read ``counts`` (``TokenCounts``), which this call updates with the drawn tokens, so
+    a caller keeps one for the whole generation; without penalties it may be None. The order of the
+    processors is Hugging Face's (``generation.processors``); with every setting off the result is
+    what plain temperature and top-k sampling gives.
     """
-    if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float()
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    below = logits - logits.amax(dim=-1, keepdim=True)  # (B, |V|): <= 0, the likeliest at 0
-    scaled = torch.where(below == 0, 0.0, below / temperature)  # 0/0 (a temperature that rounds to 0) is no NaN
-    return torch.multinomial(scaled.softmax(dim=-1), 1, generator=generator)
+    logits = _penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
+    token = logits.argmax(dim=-1, keepdim=True) if temperature == 0 else _drawn(
+        logits.float(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator)
+    if counts is not None:
+        counts.add(token)
+    return token  # (B, 1)
+
+
+def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: float | None, presence: float,
+               frequency: float) -> torch.Tensor:
+    """The logits with the repetition, presence and frequency penalties that are on (all off: unchanged)."""
+    wanted = repetition not in (None, 1.0) or presence != 0 or frequency != 0
+    if not wanted:
+        return logits
+    if counts is None:
+        raise InputError(Problem(path="counts", expected="the TokenCounts of the generation so far, which the "
+                                 "penalties read", found="None"))
+    if repetition not in (None, 1.0):
+        logits = repetition_penalized(logits, counts.seen(), repetition)
+    if presence != 0 or frequency != 0:
+        logits = presence_frequency_penalized(logits, counts.generated, presence, frequency)
+    return logits
+
+
+def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
+           generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from float logits (B, |V|) after the filters; top-k first, as it commutes with temperature."""
+    if top_k is not None:
+        logits = top_k_filtered(logits, top_k)
+    logits = temperature_scaled(logits, temperature)
+    if top_p is not None and top_p < 1:
+        logits = top_p_filtered(logits, top_p)
+    if min_p is not None and min_p > 0:
+        logits = min_p_filtered(logits, min_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
 
 
 def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
-                  top_k: int | None = None, overflow: str = "slide", seed: int | None = None,
+                  top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
+                  repetition_penalty: float | None = None, presence_penalty: float = 0.0,
+                  frequency_penalty: float = 0.0, overflow: str = "slide", seed: int | None = None,
                   vocab_limit: int | None = None) -> None:
     """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
     and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
     all before it generates the first."""
     check_token_ids(ids, min_length=1)
-    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed,
-                               overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
+    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                               frequency_penalty=frequency_penalty, seed=seed, overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
     limit = model.positional.max_positions
     n_prompt = ids.shape[1]
     end = n_prompt + max_new_tokens
