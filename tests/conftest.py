@@ -83,6 +83,15 @@ def room(tmp_path_factory, registry):
     return write_room(tmp_path_factory.mktemp("sources"), registry)
 
 
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory):
+    """cli_assets' micro spec, play, two one-step checkpoints and an export, made once for the CLI tests that read
+    them (a module that writes near them, or fuzzes its paths, makes its own)."""
+    from .cli_assets import make_assets
+
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
 @pytest.fixture
 def inputs(tmp_path):
     """A micro character-level spec and a short play: what the sweep and lock tests train on."""
