@@ -64,3 +64,42 @@ def keep_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory, registry):
+    """The harness tests' checkpoints and tasks (harness_tasks.write_sources), built once for both modules."""
+    from .harness_tasks import write_sources
+
+    return write_sources(tmp_path_factory.mktemp("harness"), registry)
+
+
+@pytest.fixture(scope="session")
+def room(tmp_path_factory, registry):
+    """Every kind of model source (source_room.write_room), built once for test_source_room and test_api_export."""
+    pytest.importorskip("tokenizers")
+    from .source_room import write_room
+
+    return write_room(tmp_path_factory.mktemp("sources"), registry)
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory):
+    """cli_assets' micro spec, play, two one-step checkpoints and an export, made once for the CLI tests that read
+    them (a module that writes near them, or fuzzes its paths, makes its own)."""
+    from .cli_assets import make_assets
+
+    return make_assets(tmp_path_factory.mktemp("assets"))
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A micro character-level spec and a short play: what the sweep and lock tests train on."""
+    from .corpus import small_play
+    from .specs import spec_text
+
+    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
+    spec.write_text(spec_text(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
+                              d_ff=32))
+    data.write_text(small_play(200))
+    return spec, data

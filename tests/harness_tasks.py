@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 from .corpus import small_play
+from .specs import spec_text
 
 MULTIPLE_CHOICE, ROLLING = "blockspec_toy_choice", "blockspec_toy_rolling"
 WORDS = ["king", "lord", "sweet", "love", "night", "good", "death", "heaven", "crown", "sword"]
@@ -53,3 +54,37 @@ def _yaml(name: str, folder: Path, output_type: str, documents: str, metrics: li
     metric_list = "".join(f"  - metric: {metric}\n" for metric in metrics)
     return (f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / name}.jsonl\n"
             f"test_split: test\noutput_type: {output_type}\n{documents}metric_list:\n{metric_list}")
+
+
+def tiny(positional: str = "learned") -> str:
+    """The harness tests' GPT-2-shaped spec (or another positional encoding in the same shape)."""
+    return spec_text(name=f"harness-{positional}", vocab_size=300, context_length=64, d_model=32, n_layers=2,
+                     n_heads=2, d_ff=64, positional=positional)
+
+
+def write_sources(root: Path, registry) -> Path:
+    """A GPT-2-shaped checkpoint and an ALiBi one (weights perturbed, so choices differ), the first exported.
+
+    Built once per session (conftest's ``sources``): the parity and CLI tests only read it.
+    """
+    import torch
+
+    import blockspec
+    from blockspec.cli import main
+
+    from .hf_parity import perturbed  # imports transformers: only when the harness tests run
+
+    (root / "play.txt").write_text(small_play(300))
+    assert main(["tokenizer", "train", str(root / "play.txt"), "--vocab-size", "300", "--out", str(root / "tok")]) == 0
+    tokenizer = (root / "tok" / "tokenizer.json").read_bytes()
+    for positional in ("learned", "alibi"):
+        (root / f"{positional}.toml").write_text(tiny(positional))
+        model = perturbed(blockspec.build(blockspec.load_spec(root / f"{positional}.toml", registry),
+                                          registry=registry, seed=0), seed=1)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.mul_(0.5)  # std 0.1: logits spread, none saturated
+        blockspec.save(model, root / positional, extra_files={"tokenizer.json": tokenizer})
+    assert main(["export-hf", str(root / "learned"), "--out", str(root / "export")]) == 0
+    write_tasks(root / "tasks")
+    return root

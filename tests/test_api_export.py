@@ -9,14 +9,13 @@ names a folder it cannot read once.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 import blockspec
 from blockspec.cli import main
 
-from .test_source_room import cli, room  # noqa: F401 (room: the fixture that makes every kind of source)
+from .source_room import cli  # the room (every kind of source): conftest's session fixture
 
 pytest.importorskip("tokenizers")
 

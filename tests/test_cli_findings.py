@@ -15,14 +15,9 @@ import torch
 
 from blockspec.cli import main
 
-from .cli_assets import FAST, SPECS, TINY, make_assets
+from .cli_assets import FAST, SPECS, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_assets(tmp_path_factory.mktemp("assets"))
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

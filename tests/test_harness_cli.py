@@ -24,8 +24,7 @@ from blockspec.cli.common import UsageError  # noqa: E402
 from blockspec.cli.eval_tasks import add_task_arguments, run_tasks  # noqa: E402
 from blockspec.errors import BlockspecError  # noqa: E402
 
-from .harness_tasks import MULTIPLE_CHOICE, write_tasks  # noqa: E402
-from .test_harness_parity import sources, tiny  # noqa: E402,F401 (sources: the checkpoints' fixture)
+from .harness_tasks import MULTIPLE_CHOICE, tiny  # noqa: E402
 
 
 def namespace(source, tasks, folder, **given) -> argparse.Namespace:

@@ -26,41 +26,11 @@ pytest.importorskip("tokenizers")
 
 import torch  # noqa: E402
 
-import blockspec  # noqa: E402
-from blockspec.cli import main  # noqa: E402
 
-from .corpus import small_play  # noqa: E402
-from .harness_tasks import MULTIPLE_CHOICE, ROLLING, rolling_documents, write_tasks  # noqa: E402
-from .hf_parity import perturbed  # noqa: E402
-from .specs import spec_text  # noqa: E402
+from .harness_tasks import MULTIPLE_CHOICE, ROLLING, rolling_documents  # noqa: E402
 
 TOLERANCE = 1e-4
 TASKS = [MULTIPLE_CHOICE, ROLLING]
-
-
-def tiny(positional: str = "learned") -> str:
-    return spec_text(name=f"harness-{positional}", vocab_size=300, context_length=64, d_model=32, n_layers=2,
-                     n_heads=2, d_ff=64, positional=positional)
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory, registry):
-    """A GPT-2-shaped checkpoint and an ALiBi one (weights perturbed, so choices differ), the first exported."""
-    root = tmp_path_factory.mktemp("harness")
-    (root / "play.txt").write_text(small_play(300))
-    assert main(["tokenizer", "train", str(root / "play.txt"), "--vocab-size", "300", "--out", str(root / "tok")]) == 0
-    tokenizer = (root / "tok" / "tokenizer.json").read_bytes()
-    for positional in ("learned", "alibi"):
-        (root / f"{positional}.toml").write_text(tiny(positional))
-        model = perturbed(blockspec.build(blockspec.load_spec(root / f"{positional}.toml", registry),
-                                          registry=registry, seed=0), seed=1)
-        with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.mul_(0.5)  # std 0.1: logits spread, none saturated
-        blockspec.save(model, root / positional, extra_files={"tokenizer.json": tokenizer})
-    assert main(["export-hf", str(root / "learned"), "--out", str(root / "export")]) == 0
-    write_tasks(root / "tasks")
-    return root
 
 
 def run(model, root) -> dict:

@@ -4,20 +4,18 @@ cache, traces its router, matches Hugging Face Mixtral's block, and the command 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import blockspec
+from blockspec.cli import main
 from blockspec.errors import SpecError
 from blockspec.inspect.trace import trace
 from blockspec.testing.properties.ffn import naive_mixture
 from blockspec.data.dataset import CharDataset
 from blockspec.generation.tokens import generate
 from blockspec.train.loop import Trainer, TrainConfig, auxiliary_loss
-from tests.conftest import ROOT
 from tests.verify.test_random_specs import moe_parameters
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -174,17 +172,19 @@ def test_it_matches_hugging_face_mixtral_on_the_same_weights(registry):
         assert torch.allclose(moe(x), expected, atol=1e-5)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "blockspec", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """The command in this process: what it checks is the plugin's entry, not a fresh interpreter."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_list_shows_ffn_moe_from_blockspec_moe():
-    done = cli("list", "--json")
-    assert done.returncode == 0, done.stderr
-    text = json.dumps(json.loads(done.stdout))
+def test_list_shows_ffn_moe_from_blockspec_moe(capsys):
+    code, out, err = cli(capsys, "list", "--json")
+    assert code == 0, err
+    text = json.dumps(json.loads(out))
     assert '"moe"' in text and "blockspec-moe" in text
-    found = [c for c in _components(json.loads(done.stdout)) if c.get("kind") == "ffn" and c.get("name") == "moe"]
+    found = [c for c in _components(json.loads(out)) if c.get("kind") == "ffn" and c.get("name") == "moe"]
     assert found and found[0]["distribution"] == "blockspec-moe"
     assert "mixture" in found[0]["promises"]
 
@@ -200,7 +200,7 @@ def _components(data):
             yield from _components(value)
 
 
-def test_verify_passes_for_ffn_moe():
-    done = cli("verify", "--component", "ffn:moe", "--max-examples", "5")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "mixture_sum" in done.stdout
+def test_verify_passes_for_ffn_moe(capsys):
+    code, out, err = cli(capsys, "verify", "--component", "ffn:moe", "--max-examples", "5")
+    assert code == 0, out + err
+    assert "mixture_sum" in out

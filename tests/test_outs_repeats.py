@@ -15,7 +15,6 @@ import pytest
 
 from blockspec.cli import COMMANDS, main, make_parser
 
-from .cli_assets import make_assets
 from .cli_walk import commands
 
 # (command, flag): the flags that keep every value; every other flag is single
@@ -23,11 +22,6 @@ REPEATABLE = {("generate", "--prompt"), ("generate", "--ids"), ("sweep", "--vary
               ("list", "--kind"), ("eval", "--data"), ("generate", "--stop")}
 NOT_FLAGS = (argparse._HelpAction, argparse._VersionAction)
 CANDIDATES = ("1", "0.5", "cpu", "x.toml")  # a value some argument type accepts
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_assets(tmp_path_factory.mktemp("assets"))
 
 
 def flags():

@@ -1,6 +1,6 @@
 """The room for model sources (issue 21): one call opens any path, one rule picks its tokenizer.
 
-Every kind of source is made once here (a spec file, checkpoints with no, a character and a BPE
+Every kind of source is made once (source_room.py: a spec file, checkpoints with no, a character and a BPE
 tokenizer, a training checkpoint, a Hugging Face directory), and every command that takes a
 model source must see the same spec and the same tokenizer in it. A command joins the check
 with one entry in ``COMMANDS``.
@@ -23,42 +23,12 @@ import blockspec
 from blockspec.cli import main
 from blockspec.interop import export_hf
 
-from .corpus import small_play
-from .specs import spec_text
+from .source_room import FAST, VOCAB, cli  # the room itself: conftest's session fixture
 
 pytest.importorskip("tokenizers")
 
-VOCAB = 300
 TEXT = "the lord"
-FAST = ["--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--lr", "1e-2", "--quiet"]
 CORE = Path(blockspec.__file__).parent
-
-
-def micro(name: str, vocab_size: int) -> str:
-    return spec_text(name=name, vocab_size=vocab_size, context_length=16, d_model=16, n_layers=1, n_heads=2,
-                     d_ff=32)
-
-
-def cli(*argv) -> None:
-    assert main([str(a) for a in argv]) == 0
-
-
-@pytest.fixture(scope="module")
-def room(tmp_path_factory, registry):
-    """Every kind of model source, by name, and the BPE they share."""
-    root = tmp_path_factory.mktemp("sources")
-    (root / "play.txt").write_text(small_play(200))
-    (root / "bpe.toml").write_text(micro("bpe-micro", VOCAB))
-    (root / "char.toml").write_text(micro("char-micro", 65))
-    cli("tokenizer", "train", root / "play.txt", "--vocab-size", VOCAB, "--out", root / "tok")
-    cli("data", "prepare", root / "play.txt", "--tokenizer", root / "tok", "--out", root / "data", "--quiet")
-    cli("train", root / "bpe.toml", "--data", root / "data", *FAST, "--steps", 1, "--out", root / "training")
-    cli("train", root / "char.toml", "--data", root / "play.txt", *FAST, "--steps", 1, "--out", root / "char")
-    model = blockspec.build(blockspec.load_spec(root / "bpe.toml", registry), registry=registry, seed=3)
-    blockspec.save(model, root / "bare")
-    export_hf(model, root / "hf", extra_files={"tokenizer.json": (root / "tok" / "tokenizer.json").read_bytes()})
-    cli("import-hf", root / "hf", "--out", root / "imported")
-    return root
 
 
 # ---------------------------------------------------------------- bug 1: trace feeds the checkpoint's tokens

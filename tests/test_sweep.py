@@ -10,19 +10,9 @@ import pytest
 
 from blockspec.cli import main
 
-from .corpus import small_play
 from .specs import spec_text
 
 FAST = ["--steps", "3", "--batch-size", "4", "--eval-batches", "2", "--eval-every", "2", "--device", "cpu"]
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
-    spec.write_text(spec_text(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
-                              d_ff=32))
-    data.write_text(small_play(200))
-    return spec, data
 
 
 def sweep(spec, data, out, *extra: str, vary=("positional.use=learned,sinusoidal",), seeds="0,1") -> int:

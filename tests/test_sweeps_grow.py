@@ -6,23 +6,12 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
-
 from blockspec.cli import main
 
-from .corpus import small_play
 from .specs import spec_text
 
 FAST = ["--batch-size", "4", "--eval-batches", "1", "--eval-every", "2", "--device", "cpu"]
 TINY = dict(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=32)
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
-    spec.write_text(spec_text(**TINY))
-    data.write_text(small_play(200))
-    return spec, data
 
 
 def sweep(inputs, out, *extra: str, values="learned", seeds="0", steps="2") -> int:

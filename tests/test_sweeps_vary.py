@@ -6,18 +6,6 @@ import pytest
 
 from blockspec.cli import main
 
-from .corpus import small_play
-from .specs import spec_text
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
-    spec.write_text(spec_text(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
-                              d_ff=32))
-    data.write_text(small_play(200))
-    return spec, data
-
 
 def sweep(inputs, out, *vary: str) -> int:
     spec, data = inputs

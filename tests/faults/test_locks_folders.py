@@ -16,21 +16,10 @@ import pytest
 import blockspec
 from blockspec.cli import main
 
-from ..corpus import small_play
-from ..specs import spec_text
 from .locks_children import Child, Holder, tiny_model, tree_bytes
 
 FAST = ["--steps", "2", "--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--device", "cpu"]
 RACE_SECONDS = 1.5
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
-    spec.write_text(spec_text(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
-                              d_ff=32))
-    data.write_text(small_play(200))
-    return spec, data
 
 
 def sweep_argv(spec, data, out) -> list[str]:
