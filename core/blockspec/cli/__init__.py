@@ -116,8 +116,7 @@ def version_line() -> str:
 
 def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for option in action.choices[args.command]._actions:
+    for option in _chosen_actions(parser, args):
         if not option.option_strings or option.nargs is not None:
             continue
         value = getattr(args, option.dest, None)
@@ -125,6 +124,17 @@ def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace)
         if any(isinstance(v, list) for v in values):  # an appended flag's values are each one string
             return option.option_strings[-1]
     return None
+
+
+def _chosen_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.Action]:
+    """The actions of the parsers the command line chose: the command's, and its action's (``data prepare``)."""
+    chosen: list[argparse.Action] = []
+    while True:
+        subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if subparsers is None or getattr(args, subparsers.dest, None) not in subparsers.choices:
+            return chosen
+        parser = subparsers.choices[getattr(args, subparsers.dest)]
+        chosen.extend(parser._actions)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
