@@ -227,4 +227,5 @@ def test_a_dash_dash_value_of_an_action_flag_is_one_line(capsys):
     (two parsers down) is named, as a command's own flags are, never an internal error."""
     assert main(["data", "prepare", "x.txt", "--tokenizer=--", "--out", "o"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("blockspec: error: --tokenizer: expected one value, found '--'"), err
+    assert err == ("blockspec: error: --tokenizer: expected one value, found '--' "
+                   "(see blockspec data prepare --help)\n"), err

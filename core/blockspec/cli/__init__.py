@@ -115,26 +115,28 @@ def version_line() -> str:
 
 
 def _swallowed_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
-    """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any."""
-    for option in _chosen_actions(parser, args):
-        if not option.option_strings or option.nargs is not None:
-            continue
-        value = getattr(args, option.dest, None)
-        values = value if isinstance(option, argparse._AppendAction) and isinstance(value, list) else [value]
-        if any(isinstance(v, list) for v in values):  # an appended flag's values are each one string
-            return option.option_strings[-1]
+    """The flag whose single value argparse turned into a list (``--out=--``: its '--' handling), if any,
+    with the command it belongs to: ``--tokenizer (see blockspec data prepare --help)``."""
+    for chosen in _chosen_parsers(parser, args):
+        for option in chosen._actions:
+            if not option.option_strings or option.nargs is not None:
+                continue
+            value = getattr(args, option.dest, None)
+            values = value if isinstance(option, argparse._AppendAction) and isinstance(value, list) else [value]
+            if any(isinstance(v, list) for v in values):  # an appended flag's values are each one string
+                return f"{option.option_strings[-1]}: expected one value, found '--' (see {chosen.prog} --help)"
     return None
 
 
-def _chosen_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.Action]:
-    """The actions of the parsers the command line chose: the command's, and its action's (``data prepare``)."""
-    chosen: list[argparse.Action] = []
+def _chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """The parsers the command line chose below the top: the command's, and its action's (``data prepare``)."""
+    chosen: list[argparse.ArgumentParser] = []
     while True:
         subparsers = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
         if subparsers is None or getattr(args, subparsers.dest, None) not in subparsers.choices:
             return chosen
         parser = subparsers.choices[getattr(args, subparsers.dest)]
-        chosen.extend(parser._actions)
+        chosen.append(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -164,7 +166,7 @@ def _main(argv: Sequence[str] | None) -> int:
         args.registry = after
     unparsed = _swallowed_values(parser, args)
     if unparsed is not None:
-        print_error(f"{unparsed}: expected one value, found '--' (see blockspec {args.command} --help)")
+        print_error(unparsed)
         return 2
     nul = next((v for v in vars(args).values() for v in (v if isinstance(v, list) else [v])
                 if isinstance(v, str) and "\x00" in v), None)
