@@ -120,7 +120,7 @@ def test_json_keeps_non_ascii_text_readable(capsys, tmp_path, trained):
                        "--device", "cpu", "--json")
     found = json.loads(out)
     assert code == 0 and found == {"model": found["model"], "prompt": "to", "text": "to", "new_tokens": 0,
-                                   "ids": found["ids"], "tokenizer": found["tokenizer"]}
+                                   "ids": found["ids"], "tokenizer": found["tokenizer"], "stop_reason": "length"}
     assert found["tokenizer"].startswith("characters")
     common.emit_json({"text": "né"})
     assert '"né"' in capsys.readouterr().out
