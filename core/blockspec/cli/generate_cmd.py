@@ -10,8 +10,8 @@ from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument,
                                   memory_limit, min_p_fraction, new_token_count, non_negative_float, positive_int,
                                   print_warning, registry_with_warnings, repetition_penalty_float, resolve_device,
                                   seed_int, top_p_fraction)
+from blockspec.generation.bounds import DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
 
-DEFAULT_NEW_TOKENS = 200
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
          "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
          "stop_strings": "--stop", "stop": "--stop",
@@ -30,14 +30,14 @@ def add_parser(subparsers) -> None:
     prompt.add_argument("--ids", action="append", metavar="IDS", help="token ids to continue, comma-separated "
                         "(1,2,3): for a checkpoint without a tokenizer; prints ids; repeat for several prompts")
     parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="tokens to add (default: "
-                        "200, or, with --overflow error, up to the context length for learned positions)")
-    parser.add_argument("--temperature", type=non_negative_float, default=0.8, metavar="T",
+                        f"{DEFAULT_NEW_TOKENS}, or, with --overflow error, up to the context length for learned positions)")
+    parser.add_argument("--temperature", type=non_negative_float, default=DEFAULT_TEMPERATURE, metavar="T",
                         help="sampling temperature, a number >= 0: 0 is greedy (a tiny one samples as greedy does), "
-                             "higher is more varied (default 0.8)")
+                             f"higher is more varied (default {DEFAULT_TEMPERATURE:g})")
     parser.add_argument("--top-k", type=positive_int, metavar="K",
                         help="sample only among the K likeliest tokens (default: all)")
     _add_filter_arguments(parser)
-    parser.add_argument("--seed", type=seed_int, default=0, metavar="S", help="sampling seed (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=DEFAULT_SEED, metavar="S", help=f"sampling seed (default {DEFAULT_SEED})")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length tokens "
                         "(slide, the default) or refuse (error)")

@@ -13,6 +13,8 @@ from numbers import Integral, Real
 from blockspec.errors import InputError, Problem
 from blockspec.train.seeds import SEEDS
 
+# the defaults of `blockspec generate` and `blockspec.generate`, stated once, so the same call gives the same text
+DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0
 MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 OVERFLOWS = ("slide", "error")
 MAX_REPETITION_PENALTY = 1e6  # finite: a logit divided by inf is NaN-free but a penalty of inf is surely a typo

@@ -19,6 +19,7 @@ from attrs import frozen
 
 from blockspec.data.tokenizer import Tokenizer
 from blockspec.errors import InputError, Problem
+from blockspec.generation.bounds import DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.sources import open_source
@@ -26,7 +27,6 @@ from blockspec.generation.stopping import StopReason, end_of_text_id, stop_reaso
 from blockspec.generation.streaming import TextStream
 from blockspec.generation.tokens import generate_stream
 
-DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0  # the command's defaults
 INTEGER_IDS = (torch.long, torch.int32)  # what the token embedding takes
 Prompt = str | Sequence[int] | torch.Tensor
 FILTERS = ("top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")  # sample()'s
