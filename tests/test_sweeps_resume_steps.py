@@ -8,18 +8,13 @@ import pytest
 
 from blockspec.cli import main
 
-from .corpus import small_play
-from .specs import spec_text
 
 FAST = ["--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--device", "cpu", "--quiet"]
 
 
 @pytest.fixture
-def checkpoint(tmp_path):
-    spec, data = tmp_path / "tiny.toml", tmp_path / "play.txt"
-    spec.write_text(spec_text(name="tiny", vocab_size=65, context_length=16, d_model=16, n_layers=1, n_heads=2,
-                              d_ff=32))
-    data.write_text(small_play(200))
+def checkpoint(tmp_path, inputs):
+    spec, data = inputs  # the shared micro spec and play (conftest)
     assert main(["train", str(spec), "--data", str(data), "--steps", "6", "--out", str(tmp_path / "ck"), *FAST]) == 0
     return tmp_path / "ck", data
 
