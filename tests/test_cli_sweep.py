@@ -54,21 +54,20 @@ def cheap(assets):
     import blockspec.generation.tokens as generation
     import blockspec.train.loop as loop
 
-    real_config, real_generate = loop.make_config, generation.generate
+    real_config, real_stream = loop.make_config, generation.generate_stream
 
     def make_config(settings_):
         config = real_config(settings_)  # the real checks first
         return attrs.evolve(config, steps=min(config.steps, 1), eval_batches=1, batch_size=min(config.batch_size, 4))
 
-    def generate(model, ids, *, max_new_tokens, **kwargs):
-        checked = {k: v for k, v in kwargs.items() if k in ("temperature", "top_k", "overflow", "seed", "vocab_limit")}
-        generation.check_request(model, ids, max_new_tokens=max_new_tokens, **checked)
-        return real_generate(model, ids, max_new_tokens=min(max_new_tokens, 3), **kwargs)
+    def generate_stream(model, ids, settings, **context):
+        generation.check_request(model, ids, settings, vocab_limit=context.get("vocab_limit"))  # the real checks
+        return real_stream(model, ids, attrs.evolve(settings, max_new_tokens=min(settings.max_new_tokens, 3)), **context)
 
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(loop, "make_config", make_config)
-        patch.setattr(generation, "generate", generate)
+        patch.setattr(generation, "generate_stream", generate_stream)
         patch.setattr(runner, "verify", lambda components, **kwargs: [])
         yield
     torch.set_num_threads(threads)

@@ -94,7 +94,7 @@ def test_a_stop_string_split_over_two_tokens_stops_at_the_token_that_completes_i
     at = next(i for i in range(1, NEW) if printable[i - 1] and printable[i]
               and pieces[i - 1][-1] + pieces[i][0] not in bpe.decode(free[:i]))
     stop = pieces[at - 1][-1] + pieces[at][0]  # the last character of one token, the first of the next
-    ours = greedy(tiny["model"], stop_strings=[stop], decode=bpe.decode)
+    ours = greedy(tiny["model"], stop=[stop], decode=bpe.decode)
     assert ours == free[:at + 1]
     hf_tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tiny["root"] / "hf" / "tokenizer.json"))
     assert hf_greedy(tiny, [PROMPT], stop_strings=[stop], tokenizer=hf_tokenizer, pad_token_id=0) == [ours]
@@ -105,7 +105,7 @@ def test_a_stop_string_in_the_prompt_does_not_count(tiny):
     bpe = tiny["bpe"]
     prompt = bpe.encode("ROMEO:")
     stop = bpe.decode(prompt)
-    assert greedy(tiny["model"], prompt, stop_strings=[stop], decode=bpe.decode) == greedy(tiny["model"], prompt)
+    assert greedy(tiny["model"], prompt, stop=[stop], decode=bpe.decode) == greedy(tiny["model"], prompt)
 
 
 def test_generation_reports_why_it_stopped(tiny):
@@ -141,8 +141,8 @@ def _favouring(model, token: int):
     return biased
 
 
-@pytest.mark.parametrize("stops, found", [({"stop_ids": [1.5]}, "stop_ids"), ({"stop_strings": [""]}, "stop_strings"),
-                                          ({"stop_strings": ["a"]}, "decode")])
+@pytest.mark.parametrize("stops, found", [({"stop_ids": [1.5]}, "stop_ids"), ({"stop": [""]}, "stop"),
+                                          ({"stop": ["a"]}, "decode")])
 def test_bad_stops_are_refused_before_the_first_step(tiny, stops, found):
     with pytest.raises(InputError, match=found):
         generate(tiny["model"], torch.tensor([PROMPT]), max_new_tokens=2, **stops)
@@ -209,4 +209,4 @@ def test_hugging_face_counts_the_prompts_text_and_blockspec_does_not(tiny):
     hf_tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tiny["root"] / "hf" / "tokenizer.json"))
     theirs = hf_greedy(tiny, [prompt], stop_strings=[stop], tokenizer=hf_tokenizer, pad_token_id=0)[0]
     assert len(theirs) == 1
-    assert len(greedy(tiny["model"], prompt, stop_strings=[stop], decode=bpe.decode)) > 1
+    assert len(greedy(tiny["model"], prompt, stop=[stop], decode=bpe.decode)) > 1

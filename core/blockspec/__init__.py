@@ -32,6 +32,7 @@ from blockspec.registry.loading import load_registry, make_plugin_manager
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
 from blockspec.data.tokenizer import CharTokenizer, TokenizerError
+from blockspec.generation.settings import GenerationSettings
 
 _moved.install()
 
@@ -99,6 +100,7 @@ __all__ = [
     "ComponentSpec",
     "ContextLengthError",
     "Generation",
+    "GenerationSettings",
     "InputError",
     "KVCache",
     "ModelConfig",

@@ -20,7 +20,7 @@ from blockspec.outputs.kinds import OutputKind
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.components import Registry
 from blockspec.registry.loading import PluginWarning, load_registry
-from blockspec.generation.bounds import MAX_ADDITIVE_PENALTY, MAX_NEW_TOKENS, MAX_REPETITION_PENALTY
+from blockspec.generation.bounds import MAX_ADDITIVE_PENALTY, MAX_NEW_TOKENS, MAX_REPETITION_PENALTY, MAX_SAMPLES
 from blockspec.train.seeds import SEEDS
 
 if TYPE_CHECKING:
@@ -149,6 +149,8 @@ seed_int = _number_type("seed_int", lambda t: _int(t), lambda v: SEEDS[0] <= v <
                         f"an integer from {SEEDS[0]} to {SEEDS[1]}")
 new_token_count = _number_type("new_token_count", lambda t: _int(t), lambda v: 0 <= v <= MAX_NEW_TOKENS,
                                f"an integer from 0 to {MAX_NEW_TOKENS:_}")
+sample_count = _number_type("sample_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_SAMPLES,
+                            f"an integer from 1 to {MAX_SAMPLES:_}")
 batch_count = _number_type("batch_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_BATCH,
                            f"an integer from 1 to {MAX_BATCH:_}")
 thread_count = _number_type("thread_count", lambda t: _int(t), lambda v: 1 <= v <= MAX_THREADS,

@@ -9,14 +9,14 @@ from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument,
                                   add_memory_check_argument, additive_penalty_float, emit_json, flag_names,
                                   memory_limit, min_p_fraction, new_token_count, non_negative_float, positive_int,
                                   print_warning, registry_with_warnings, repetition_penalty_float, resolve_device,
-                                  seed_int, top_p_fraction)
+                                  sample_count, seed_int, top_p_fraction)
 from blockspec.generation.bounds import DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
 
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
          "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
          "stop_strings": "--stop", "stop": "--stop",
          "top_p": "--top-p", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
-         "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty",
+         "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty", "num_samples": "--num-samples",
          **MEMORY_FLAGS}
 
 
@@ -37,6 +37,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--top-k", type=positive_int, metavar="K",
                         help="sample only among the K likeliest tokens (default: all)")
     _add_filter_arguments(parser)
+    parser.add_argument("--num-samples", type=sample_count, default=1, metavar="N",
+                        help="continue each prompt N times, in one batch; sample i is seeded with seed + i "
+                             "(default 1)")
     parser.add_argument("--seed", type=seed_int, default=DEFAULT_SEED, metavar="S", help=f"sampling seed (default {DEFAULT_SEED})")
     parser.add_argument("--overflow", choices=("slide", "error"), default="slide",
                         help="past a learned-positions context: continue over the last context_length tokens "
@@ -74,10 +77,19 @@ def _add_filter_arguments(parser: argparse.ArgumentParser) -> None:
                              "X from -2 to 2 (default 0: off)")
 
 
-def _filters(args: argparse.Namespace) -> dict:
-    """The filter and penalty flags as ``generate``'s keywords."""
-    return {"top_p": args.top_p, "min_p": args.min_p, "repetition_penalty": args.repetition_penalty,
-            "presence_penalty": args.presence_penalty, "frequency_penalty": args.frequency_penalty}
+def _settings(args: argparse.Namespace, new_tokens: int, tokenizer):
+    """The flags as one ``GenerationSettings``, the object ``blockspec.generate`` takes: one set of names and bounds."""
+    from blockspec.generation.settings import GenerationSettings
+    from blockspec.generation.stopping import end_of_text_id
+
+    eos_id = None if args.no_eos or tokenizer is None else end_of_text_id(tokenizer)
+    with flag_names(FLAGS):
+        return GenerationSettings(
+            max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            min_p=args.min_p, repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+            frequency_penalty=args.frequency_penalty, seed=args.seed, num_samples=args.num_samples,
+            stop=tuple(args.stop), stop_ids=() if eos_id is None else (eos_id,), eos=eos_id is not None,
+            use_cache=not args.no_cache, overflow=args.overflow)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,20 +105,21 @@ def run(args: argparse.Namespace) -> int:
     _warn_unproducible(args.stop, tokenizer)
     requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
     records = []
-    for number, (given, prompt, new_tokens) in enumerate(requests, start=1):  # each checked before the first runs
-        records.append(_continued(args, model, tokenizer, prompt, new_tokens))
-        records[-1]["prompt" if args.ids is None else "prompt_ids"] = given
-        if args.stream and args.json:
-            print(json.dumps(records[-1]), flush=True)  # the final object, one line after the pieces
-        elif not args.json and not args.stream:
-            _print(args, records[-1], number, len(requests))
+    for given, prompt, settings in requests:  # each checked before the first runs
+        for record in _continued(args, model, tokenizer, prompt, settings):
+            record["prompt" if args.ids is None else "prompt_ids"] = given
+            records.append(record)
+            if args.stream and args.json:
+                print(json.dumps(record), flush=True)  # the final object, one line after the pieces
+            elif not args.json and not args.stream:
+                _print(args, record, len(records), len(requests) * args.num_samples)
     if args.json and not args.stream:
         emit_json(records[0] if len(records) == 1 else records)
     return 0
 
 
 def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
-    """A prompt as (given, ids (1, N), new tokens), refused now if ``generate`` would refuse it."""
+    """A prompt as (given, ids (1, N), settings), refused now if ``generate`` would refuse it."""
     import torch
 
     from blockspec.generation.tokens import check_request
@@ -114,32 +127,45 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
     prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given)], dtype=torch.long,
                           device=device)  # (1, N)
     limit = model.positional.max_positions if args.overflow == "error" else None
-    new_tokens = _new_tokens(args.max_new_tokens, limit, prompt.shape[1])
+    settings = _settings(args, _new_tokens(args.max_new_tokens, limit, prompt.shape[1]), tokenizer)
     with flag_names(FLAGS):
-        check_request(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature, top_k=args.top_k,
-                      **_filters(args), overflow=args.overflow, seed=args.seed, vocab_limit=_vocab_limit(tokenizer))
-    return given, prompt, new_tokens
+        check_request(model, prompt, settings, vocab_limit=_vocab_limit(tokenizer))
+    return given, prompt, settings
 
 
-def _continued(args: argparse.Namespace, model, tokenizer, prompt, new_tokens: int) -> dict:
-    """One prompt (1, N) continued, as ``--json`` reports it; each as if it were the only one (same seed)."""
-    from blockspec.generation.stopping import end_of_text_id, stop_reason
+def _continued(args: argparse.Namespace, model, tokenizer, prompt, settings) -> list[dict]:
+    """One prompt (1, N) continued once per sample, as ``--json`` reports each; a prompt's samples do not
+    depend on the other prompts (sample i is seeded seed + i)."""
     from blockspec.generation.tokens import generate_stream
 
-    eos_id = None if args.no_eos or tokenizer is None else end_of_text_id(tokenizer)
     decode = None if tokenizer is None else tokenizer.decode
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
-        steps = generate_stream(model, prompt, max_new_tokens=new_tokens, temperature=args.temperature,
-                                top_k=args.top_k, **_filters(args), seed=args.seed, use_cache=not args.no_cache,
-                                overflow=args.overflow,
-                                vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
-                                memory_check=not args.no_memory_check, stop_ids=() if eos_id is None else (eos_id,),
-                                stop_strings=args.stop, decode=decode)
-        new = _streamed(args, steps, decode) if args.stream else [int(step) for step in steps]
-    ids = prompt[0].tolist() + new
+        steps = generate_stream(model, prompt, settings, vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
+                                memory_check=not args.no_memory_check, decode=decode)
+        rows = _streamed(args, steps, decode) if args.stream else _collected(steps, settings.num_samples)
+    return [_record(model, tokenizer, prompt[0].tolist(), new, settings) for new in rows]
+
+
+def _collected(steps, n_rows: int) -> list[list[int]]:
+    """Each row's new ids, from steps of (S,) tokens."""
+    rows: list[list[int]] = [[] for _ in range(n_rows)]
+    for step in steps:
+        for row, token in zip(rows, step.tolist()):
+            row.append(token)
+    return rows
+
+
+def _record(model, tokenizer, prompt_ids: list[int], new: list[int], settings) -> dict:
+    """What ``--json`` reports of one sample: its row's ids up to its stop (the rest of a batch row is pad)."""
+    from blockspec.generation.stopping import stop_reason, until_stop
+
+    decode = None if tokenizer is None else tokenizer.decode
+    eos_id = settings.stop_ids[0] if settings.eos else None
+    new = until_stop(new, stop_ids=settings.stop_ids, stop_strings=settings.stop, decode=decode)
+    ids = prompt_ids + new
     return {"model": model.spec.model.name, "prompt": None, "text": None if decode is None else decode(ids),
             "new_tokens": len(new), "ids": ids, "tokenizer": None if tokenizer is None else tokenizer.describe(),
-            "stop_reason": stop_reason(new, eos_id=eos_id, stop_strings=args.stop, decode=decode)}
+            "stop_reason": stop_reason(new, eos_id=eos_id, stop_strings=settings.stop, decode=decode)}
 
 
 def _streamed(args: argparse.Namespace, steps, decode) -> list[int]:
@@ -153,7 +179,7 @@ def _streamed(args: argparse.Namespace, steps, decode) -> list[int]:
     _print_piece(args, text.flush()[0])
     if not args.json:
         print(flush=True)
-    return new
+    return [new]
 
 
 def _print_piece(args: argparse.Namespace, piece: str) -> None:
@@ -171,6 +197,8 @@ def _check_stop_flags(args: argparse.Namespace) -> None:
         raise UsageError("--stream: streams text, and --ids prints ids; give --prompt, or drop --stream")
     if args.stream and len(args.prompt) > 1:
         raise UsageError(f"--stream: streams one prompt, found {len(args.prompt)} --prompt flags")
+    if args.stream and args.num_samples > 1:
+        raise UsageError(f"--stream: streams one text, found --num-samples {args.num_samples}; drop one of them")
 
 
 def _warn_unproducible(stops: list[str], tokenizer) -> None:

@@ -18,11 +18,12 @@ DEFAULT_NEW_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_SEED = 200, 0.8, 0
 MAX_NEW_TOKENS = 1_000_000  # more is a typo (hours of CPU), and past 2**63 torch cannot even size the cache
 OVERFLOWS = ("slide", "error")
 MAX_REPETITION_PENALTY = 1e6  # finite: a logit divided by inf is NaN-free but a penalty of inf is surely a typo
+MAX_SAMPLES = 4096  # rows of one batch; more is surely a typo, and the memory check sizes the rest
 MAX_ADDITIVE_PENALTY = 2.0  # the presence and frequency penalties' range in OpenAI's API, which vLLM shares
 
 
 def check_generation_arguments(*, max_new_tokens: object, temperature: object, top_k: object, seed: object,
-                               overflow: object, vocab_limit: object, vocab_size: int, top_p: object = None,
+                               overflow: object, top_p: object = None,
                                min_p: object = None, repetition_penalty: object = None,
                                presence_penalty: object = 0.0, frequency_penalty: object = 0.0) -> None:
     """Refuse the first argument outside its bound, naming it and the value given."""
@@ -36,8 +37,17 @@ def check_generation_arguments(*, max_new_tokens: object, temperature: object, t
     _require("seed", seed, seed is None or _integer(seed, *SEEDS), f"None or an integer from {SEEDS[0]} to {SEEDS[1]}")
     _require("overflow", overflow, isinstance(overflow, str) and overflow in OVERFLOWS,
              " or ".join(map(repr, OVERFLOWS)))
+
+
+def check_vocab_limit(vocab_limit: object, vocab_size: int) -> None:
+    """The ids sampling may draw: below the tokenizer's vocabulary, which must lie inside the model's."""
     _require("vocab_limit", vocab_limit, vocab_limit is None or _integer(vocab_limit, 1, vocab_size),
              f"None or an integer from 1 to {vocab_size} (the model's vocabulary)")
+
+
+def check_sample_count(num_samples: object) -> None:
+    """Samples per prompt: each is a row of the batch, so the bound is the batch a step can hold."""
+    _require("num_samples", num_samples, _integer(num_samples, 1, MAX_SAMPLES), f"an integer from 1 to {MAX_SAMPLES:_}")
 
 
 def check_sampling_filters(*, top_p: object, min_p: object, repetition_penalty: object, presence_penalty: object,

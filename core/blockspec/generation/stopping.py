@@ -74,6 +74,16 @@ class StopConditions:
         return torch.tensor(hits, device=token.device)
 
 
+def until_stop(new_ids: Sequence[int], *, stop_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
+               decode: Decode | None = None) -> list[int]:
+    """One row of a batch's new ids up to its stop (kept), as ``StopConditions`` ended it: the rest is its pad."""
+    for end in range(1, len(new_ids) + 1):
+        if new_ids[end - 1] in stop_ids or (stop_strings and decode is not None and any(
+                stop in decode(list(new_ids[:end])) for stop in stop_strings)):
+            return list(new_ids[:end])
+    return list(new_ids)
+
+
 def check_stops(stop_ids: Sequence[int], stop_strings: Sequence[str], decode: Decode | None) -> None:
     """Stop strings need text (a ``decode``) and each at least one character; stop ids are integers."""
     if any(isinstance(i, bool) or not isinstance(i, int) for i in stop_ids):

@@ -2,36 +2,35 @@
 
 The notebook's call over ``generation.tokens.generate``: a path is opened with ``sources.open_source`` (a
 checkpoint, a training checkpoint, a Hugging Face directory), a text is encoded with the source's tokenizer
-(``Source.tokenizer``, the one rule) and the result decoded with it. Every setting is a keyword, so a
-settings object or streaming can join later without breaking a call. The defaults are the command's
+(``Source.tokenizer``, the one rule) and the result decoded with it. The settings are one
+``GenerationSettings`` (its fields may be given as keywords instead), whose defaults are the command's
 (``blockspec generate``), so the same call gives the same text in both.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import torch
-from attrs import frozen
+from attrs import evolve, frozen
 
 from blockspec.data.tokenizer import Tokenizer
 from blockspec.errors import InputError, Problem
-from blockspec.generation.bounds import DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.sources import open_source
-from blockspec.generation.stopping import StopReason, end_of_text_id, stop_reason
+from blockspec.generation.stopping import StopReason, end_of_text_id, stop_reason, until_stop
 from blockspec.generation.streaming import TextStream
-from blockspec.generation.tokens import generate_stream
+from blockspec.generation.settings import GenerationSettings, settings_with
+from blockspec.generation.tokens import check_request, generate_stream
 
 INTEGER_IDS = (torch.long, torch.int32)  # what the token embedding takes
 Prompt = str | Sequence[int] | torch.Tensor
-FILTERS = ("top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")  # sample()'s
 
-__all__ = ["Generation", "generate", "stream"]
+__all__ = ["Generation", "GenerationSettings", "generate", "stream"]
 
 
 @frozen(kw_only=True)
@@ -52,43 +51,56 @@ class Generation:
         return self.text if self.text is not None else ",".join(map(str, self.ids))
 
 
-def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-             temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
-             min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
-             frequency_penalty: float = 0.0, seed: int | None = DEFAULT_SEED,
-             tokenizer: Tokenizer | None = None, use_cache: bool = True, overflow: Literal["slide", "error"] = "slide",
+def generate(model: Transformer | str | os.PathLike[str], prompt: Prompt | Sequence[Prompt],
+             settings: GenerationSettings | None = None, *, tokenizer: Tokenizer | None = None,
              device: torch.device | str | None = None, registry: Registry | None = None,
-             stop: Sequence[str] = (), eos: bool = True) -> Generation:
+             **overrides: Any) -> Generation | list[Generation]:
     """Continue ``prompt`` (a text, or token ids: a list, or a tensor (N,) or (1, N)) with ``model``.
 
-    ``model``: a Transformer, or the path of any source with weights, loaded on ``device`` (a model
-    object stays where it is). The text goes through ``tokenizer``, by default the source's own; a model
-    object knows none, so a text prompt needs ``tokenizer=blockspec.load_tokenizer(path)``. Temperature 0
-    is greedy (after the penalties); the other settings are ``generation.tokens.generate``'s. Generation ends early at a ``stop``
-    text (the token that completes it is kept) or, with ``eos``, at the tokenizer's end-of-text token.
+    ``settings``: a ``GenerationSettings`` (default: ``blockspec generate``'s defaults), with any of its fields
+    given as keywords instead (``max_new_tokens=8``). One prompt with one sample gives a ``Generation``; a list
+    of prompts (texts, id lists or tensors), or ``num_samples`` > 1, gives a list, prompt by prompt and each
+    prompt's samples in order. Sample i of every prompt is seeded ``seed + i``, so a prompt's text does not
+    depend on the others.
+
+    ``model``: a Transformer, or the path of any source with weights, loaded on ``device`` (a model object
+    stays where it is). The text goes through ``tokenizer``, by default the source's own; a model object
+    knows none, so a text prompt needs ``tokenizer=blockspec.load_tokenizer(path)``. Generation ends early at a
+    ``stop`` text (the token that completes it is kept) or, with ``eos``, at the tokenizer's end-of-text token.
     """
-    run = _Run.start(model, prompt, locals())  # every keyword, by name
-    new = [int(token) for token in run.steps]
-    return run.result(new)
+    several = _several(prompt)
+    run = _Run.start(model, prompt if several else [prompt], settings_with(settings, overrides), tokenizer,
+                     device, registry)
+    made = run.results()
+    return made if several or len(made) > 1 else made[0]
 
 
-def stream(model: Transformer | str | os.PathLike[str], prompt: Prompt, *, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-           temperature: float = DEFAULT_TEMPERATURE, top_k: int | None = None, top_p: float | None = None,
-           min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
-           frequency_penalty: float = 0.0, seed: int | None = DEFAULT_SEED,
-           tokenizer: Tokenizer | None = None, use_cache: bool = True, overflow: Literal["slide", "error"] = "slide",
-           device: torch.device | str | None = None, registry: Registry | None = None,
-           stop: Sequence[str] = (), eos: bool = True) -> Iterator[str]:
+def stream(model: Transformer | str | os.PathLike[str], prompt: Prompt, settings: GenerationSettings | None = None,
+           *, tokenizer: Tokenizer | None = None, device: torch.device | str | None = None,
+           registry: Registry | None = None, **overrides: Any) -> Iterator[str]:
     """``generate``'s new text as it is made, in pieces of whole characters that join to its text.
 
-    The arguments are ``generate``'s and are checked before the first piece; a model without a
-    tokenizer has no text to stream (use ``generate``, or ``generation.tokens.generate_stream`` for ids).
+    The arguments are ``generate``'s and are checked before the first piece; one prompt and one sample (a
+    stream is one text). A model without a tokenizer has no text to stream (use ``generate``, or
+    ``generation.tokens.generate_stream`` for ids).
     """
-    run = _Run.start(model, prompt, locals())  # every keyword, by name
+    settings = settings_with(settings, overrides)
+    if _several(prompt) or settings.num_samples != 1:
+        raise InputError(Problem(path="prompt" if _several(prompt) else "num_samples",
+                                 expected="one prompt and one sample: a stream is one text",
+                                 found="several prompts" if _several(prompt) else f"num_samples={settings.num_samples}",
+                                 hint="call stream once per prompt, or use blockspec.generate"))
+    run = _Run.start(model, [prompt], settings, tokenizer, device, registry)
     if run.tokenizer is None:
         raise InputError(Problem(path="tokenizer", message="streaming gives text, and no tokenizer goes with the model",
                                  hint="give tokenizer=blockspec.load_tokenizer(path), or use blockspec.generate"))
-    return _pieces(run.steps, TextStream(1, run.tokenizer.decode))
+    return _pieces(run.steps(0), TextStream(1, run.tokenizer.decode))
+
+
+def _several(prompt: object) -> bool:
+    """Whether ``prompt`` is a list of prompts (texts, id lists, tensors) rather than one prompt."""
+    return (isinstance(prompt, (list, tuple)) and bool(prompt)
+            and all(isinstance(item, (str, list, tuple, torch.Tensor)) for item in prompt))
 
 
 def _pieces(steps: Iterator[torch.Tensor], text: TextStream) -> Iterator[str]:
@@ -103,51 +115,71 @@ def _pieces(steps: Iterator[torch.Tensor], text: TextStream) -> Iterator[str]:
 
 @frozen(kw_only=True)
 class _Run:
-    """One prompt's generation under way: its steps (each (1,)) and what makes a ``Generation`` of them."""
+    """Prompts resolved against a model and its tokenizer, every request checked, ready to generate."""
 
-    steps: Iterator[torch.Tensor]
-    prompt_ids: list[int]
+    model: Transformer
+    prompts: list[list[int]]
+    settings: GenerationSettings
     tokenizer: Tokenizer | None
+    source: str
     eos_id: int | None
-    stop: tuple[str, ...]
 
     @classmethod
-    def start(cls, model: object, prompt: Prompt, settings: dict) -> _Run:
-        """The model and prompt resolved, the request checked, the steps ready to run."""
-        model, tokenizer, source = _model_and_tokenizer(model, settings["tokenizer"], settings["device"],
-                                                        settings["registry"])
-        prompt_ids = _prompt_ids(prompt, tokenizer)
-        stop = _stop_strings(settings["stop"], tokenizer)
-        eos_id = end_of_text_id(tokenizer) if settings["eos"] and tokenizer is not None else None
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=_device_of(model))  # (1, N)
-        steps = generate_stream(
-            model, ids, max_new_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
-            top_k=settings["top_k"], seed=settings["seed"], use_cache=settings["use_cache"],
-            **{name: settings[name] for name in FILTERS},
-            overflow=settings["overflow"], source=source, vocab_limit=None if tokenizer is None else tokenizer.vocab_size,
-            stop_ids=() if eos_id is None else (eos_id,), stop_strings=stop,
-            decode=None if tokenizer is None else tokenizer.decode)
-        return cls(steps=steps, prompt_ids=prompt_ids, tokenizer=tokenizer, eos_id=eos_id, stop=stop)
+    def start(cls, model: object, prompts: Sequence[object], settings: GenerationSettings,
+              tokenizer: Tokenizer | None, device, registry: Registry | None) -> _Run:
+        """The model and prompts resolved, each request checked before any is generated."""
+        model, tokenizer, source = _model_and_tokenizer(model, tokenizer, device, registry)
+        _check_stop_texts(settings.stop, tokenizer)
+        eos_id = end_of_text_id(tokenizer) if settings.eos and tokenizer is not None else None
+        settings = evolve(settings, stop_ids=settings.stop_ids + ((eos_id,) if eos_id is not None else ()))
+        run = cls(model=model, prompts=[_prompt_ids(prompt, tokenizer) for prompt in prompts], settings=settings,
+                  tokenizer=tokenizer, source=source, eos_id=eos_id)
+        for index in range(len(run.prompts)):
+            check_request(model, run.ids(index), settings, vocab_limit=run.vocab_limit)
+        return run
 
-    def result(self, new: list[int]) -> Generation:
-        ids, decode = self.prompt_ids + new, None if self.tokenizer is None else self.tokenizer.decode
-        return Generation(ids=tuple(ids), prompt_length=len(self.prompt_ids),
+    @property
+    def vocab_limit(self) -> int | None:
+        return None if self.tokenizer is None else self.tokenizer.vocab_size
+
+    @property
+    def decode(self) -> Callable[[list[int]], str] | None:
+        return None if self.tokenizer is None else self.tokenizer.decode
+
+    def ids(self, index: int) -> torch.Tensor:
+        return torch.tensor([self.prompts[index]], dtype=torch.long, device=_device_of(self.model))  # (1, N)
+
+    def steps(self, index: int) -> Iterator[torch.Tensor]:
+        """Prompt ``index``'s steps, each (S,): one token for each of its samples."""
+        return generate_stream(self.model, self.ids(index), self.settings, vocab_limit=self.vocab_limit,
+                               source=self.source, decode=self.decode)
+
+    def results(self) -> list[Generation]:
+        """Every prompt's samples, generated, in order."""
+        made = []
+        for index, prompt_ids in enumerate(self.prompts):
+            steps = torch.stack(list(self.steps(index)), dim=1) if self.settings.max_new_tokens else None  # (S, T)
+            for row in range(self.settings.num_samples):
+                new = [] if steps is None else steps[row].tolist()
+                new = until_stop(new, stop_ids=self.settings.stop_ids, stop_strings=self.settings.stop,
+                                 decode=self.decode)
+                made.append(self.result(prompt_ids, new))
+        return made
+
+    def result(self, prompt_ids: list[int], new: list[int]) -> Generation:
+        ids, decode = prompt_ids + new, self.decode
+        return Generation(ids=tuple(ids), prompt_length=len(prompt_ids),
                           text=None if decode is None else decode(ids),
                           tokenizer=None if self.tokenizer is None else self.tokenizer.describe(),
-                          stop_reason=stop_reason(new, eos_id=self.eos_id, stop_strings=self.stop, decode=decode))
+                          stop_reason=stop_reason(new, eos_id=self.eos_id, stop_strings=self.settings.stop,
+                                                  decode=decode))
 
 
-def _stop_strings(stop: object, tokenizer: Tokenizer | None) -> tuple[str, ...]:
-    """``stop`` as a tuple of texts; they are matched on decoded text, so they need a tokenizer."""
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not isinstance(stop, Sequence) or not all(isinstance(text, str) and text for text in stop):
-        raise InputError(Problem(path="stop", expected="texts of at least one character (a str or a list of them)",
-                                 found=_described(stop)))
+def _check_stop_texts(stop: tuple[str, ...], tokenizer: Tokenizer | None) -> None:
+    """Stop texts are matched on decoded text, so they need a tokenizer (``GenerationSettings`` checks the rest)."""
     if stop and tokenizer is None:
         raise InputError(Problem(path="stop", message="stop texts are matched on decoded text, and no tokenizer goes "
                                  "with the model", hint="give tokenizer=blockspec.load_tokenizer(path)"))
-    return tuple(stop)
 
 
 def _model_and_tokenizer(model: object, tokenizer: Tokenizer | None, device, registry: Registry | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any
 
 import torch
 from attrs import define
@@ -15,117 +15,85 @@ from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
-from blockspec.generation.bounds import check_generation_arguments
+from blockspec.generation.bounds import check_vocab_limit
 from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
                                              repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
+from blockspec.generation.settings import GenerationSettings, settings_with
 from blockspec.generation.stopping import StopConditions
 
 
-def generate(
-    model: Transformer,
-    ids: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repetition_penalty: float | None = None,
-    presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0,
-    seed: int | None = None,
-    use_cache: bool = True,
-    overflow: Literal["slide", "error"] = "slide",
-    vocab_limit: int | None = None,
-    source: str = "the model",
-    memory_check: bool = True,
-    stop_ids: Sequence[int] = (),
-    stop_strings: Sequence[str] = (),
-    decode: Callable[[list[int]], str] | None = None,
-) -> torch.Tensor:
-    """ids (B, N) -> (B, N + T): the prompt followed by T <= max_new_tokens sampled tokens.
+def generate(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
+             vocab_limit: int | None = None, source: str = "the model", memory_check: bool = True,
+             decode: Callable[[list[int]], str] | None = None, **overrides: Any) -> torch.Tensor:
+    """ids (B, N) -> (B·S, N + T): each prompt, repeated for its S = ``num_samples`` samples, then T <=
+    max_new_tokens sampled tokens.
 
-    ``generate_stream``'s steps joined: the run ends early when every row has met a stop (an id in
-    ``stop_ids``, or a text in ``stop_strings``, matched on ``decode`` of the row's new tokens; see
-    ``generation.stopping``). A row that stops first is padded with the first stop id (else its last token).
+    ``settings`` (a ``GenerationSettings``; default: the defaults), with any of its fields given as keywords
+    instead (``max_new_tokens=8, temperature=0``). ``generate_stream``'s steps joined: the run ends early when
+    every row has met a stop (an id in ``stop_ids``, or a text in ``stop``, matched on ``decode`` of the row's
+    new tokens; see ``generation.stopping``). A row that stops first is padded with the first stop id (else its
+    last token). ``eos`` is the text layer's (it knows the tokenizer): here a stop is an id in ``stop_ids``.
 
-    ``temperature`` 0 is greedy decoding (the argmax after the penalties). ``top_p``, ``min_p``,
-    ``repetition_penalty``, ``presence_penalty`` and ``frequency_penalty`` are ``sample``'s, off by
-    default; the counts the penalties read are kept step by step (``TokenCounts``). The cache only saves work: cached and
-    uncached decoding compute the same logits, so greedy outputs are identical.
+    The cache only saves work: cached and uncached decoding compute the same logits, so greedy outputs are
+    identical. A positional encoder with a bounded table (learned positions: ``max_positions`` =
+    context_length) cannot see past it. ``overflow="slide"`` (the default) then conditions each step on the
+    last ``max_positions`` tokens, as nanoGPT does: the cache serves while the sequence fits, after which
+    every step recomputes the cropped window without it (a slid window starts at position 0, so cached keys
+    would sit at the wrong positions). ``overflow="error"`` refuses such a request up front with
+    ContextLengthError. Unbounded encoders (sinusoidal, RoPE) never slide.
 
-    A positional encoder with a bounded table (learned positions: ``max_positions`` =
-    context_length) cannot see past it. ``overflow="slide"`` (the default) then conditions
-    each step on the last ``max_positions`` tokens, as nanoGPT does: the cache serves while
-    the sequence fits, after which every step recomputes the cropped window without it (a
-    slid window starts at position 0, so cached keys would sit at the wrong positions).
-    ``overflow="error"`` refuses such a request up front with ContextLengthError. Unbounded
-    encoders (sinusoidal, RoPE: ``max_positions`` None) never slide: they keep the whole
-    sequence in the cache, past the training context, under either setting.
+    ``vocab_limit`` samples only ids below it: a tokenizer can know fewer tokens than the model's vocabulary
+    (65 characters in a 128-entry embedding), and an id it cannot decode must never be drawn.
 
-    ``vocab_limit`` samples only ids below it: a tokenizer can know fewer tokens than the
-    model's vocabulary (65 characters in a 128-entry embedding), and an id it cannot decode
-    must never be drawn.
-
-    Weights that hold NaN or Inf are refused before the first step, logits that come out NaN or Inf
-    after the last (NonFiniteError naming ``source``): checking each step would wait on the device.
-
-    ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the
-    device cannot hold (``blockspec.assembly.memory``); False tries anyway.
+    Weights that hold NaN or Inf are refused before the first step, logits that come out NaN or Inf after
+    the last (NonFiniteError naming ``source``): checking each step would wait on the device.
+    ``memory_check`` refuses, before the cache is made, a request whose cache and working tensors the device
+    cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
-    steps = generate_stream(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                            top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                            frequency_penalty=frequency_penalty, seed=seed, use_cache=use_cache, overflow=overflow, vocab_limit=vocab_limit, source=source,
-                            memory_check=memory_check, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode)
-    return torch.cat((ids, *(token[:, None] for token in steps)), dim=1)  # (B, N) + T x (B, 1) -> (B, N + T)
+    settings = settings_with(settings, overrides)
+    steps = generate_stream(model, ids, settings, vocab_limit=vocab_limit, source=source, memory_check=memory_check,
+                            decode=decode)
+    return torch.cat((_rows(ids, settings), *(token[:, None] for token in steps)), dim=1)  # (B·S, N) + T x (B·S, 1) -> (B·S, N + T)
 
 
-def generate_stream(
-    model: Transformer,
-    ids: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
-    repetition_penalty: float | None = None,
-    presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0,
-    seed: int | None = None,
-    use_cache: bool = True,
-    overflow: Literal["slide", "error"] = "slide",
-    vocab_limit: int | None = None,
-    source: str = "the model",
-    memory_check: bool = True,
-    stop_ids: Sequence[int] = (),
-    stop_strings: Sequence[str] = (),
-    decode: Callable[[list[int]], str] | None = None,
-) -> Iterator[torch.Tensor]:
-    """``generate``'s steps, each the new tokens (B,) as sampled; the same arguments, checked before it returns.
+def generate_stream(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
+                    vocab_limit: int | None = None, source: str = "the model", memory_check: bool = True,
+                    decode: Callable[[list[int]], str] | None = None, **overrides: Any) -> Iterator[torch.Tensor]:
+    """``generate``'s steps, each the new tokens (B·S,) as sampled; the same arguments, checked before it returns.
 
     Between steps the model stays in eval mode (restored when the stream ends or is closed); inference mode
     holds only while a step runs.
     """
-    check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                  min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                  frequency_penalty=frequency_penalty, overflow=overflow, seed=seed, vocab_limit=vocab_limit)
-    stops = StopConditions(ids.shape[0], stop_ids=stop_ids, stop_strings=stop_strings, decode=decode,
+    settings = settings_with(settings, overrides)
+    check_request(model, ids, settings, vocab_limit=vocab_limit)
+    ids = _rows(ids, settings)
+    stops = StopConditions(ids.shape[0], stop_ids=settings.stop_ids, stop_strings=settings.stop, decode=decode,
                            device=ids.device)
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
     batch, n_prompt = ids.shape
-    cached = use_cache and (window is None or n_prompt <= window)
+    max_new_tokens = settings.max_new_tokens
+    cached = settings.use_cache and (window is None or n_prompt <= window)
     length = n_prompt + max_new_tokens if window is None else min(n_prompt + max_new_tokens, window)
     if memory_check:  # first: the estimate reads no weight
         _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
     check_finite_weights(model, source=source)
     cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
-    generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
-    settings = _Settings(filters=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                                      repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                                      frequency_penalty=frequency_penalty),
-                         vocab_limit=vocab_limit, generator=generator, window=window, source=source)
-    return _steps(model, ids, cache, stops, settings, max_new_tokens)
+    run = _Settings(filters=settings.filters, vocab_limit=vocab_limit, generator=_row_generators(settings, ids),
+                    window=window, source=source)
+    return _steps(model, ids, cache, stops, run, max_new_tokens)
+
+
+def _row_generators(settings: GenerationSettings, rows: torch.Tensor) -> list[torch.Generator] | None:
+    """One generator per row, seeded ``settings.row_seeds``: a row draws as it would alone (row 0 as a solo run)."""
+    seeds = settings.row_seeds(rows.shape[0] // settings.num_samples)
+    return None if seeds is None else [torch.Generator(rows.device).manual_seed(seed) for seed in seeds]
+
+
+def _rows(ids: torch.Tensor, settings: GenerationSettings) -> torch.Tensor:
+    """(B, N) -> (B·S, N): each prompt once per sample, its samples side by side."""
+    if settings.num_samples == 1:
+        return ids
+    return ids.repeat_interleave(settings.num_samples, dim=0)  # (B, N) -> (B·S, N)
 
 
 @define(kw_only=True)
@@ -134,7 +102,7 @@ class _Settings:
 
     filters: dict[str, float | int | None]  # ``sample``'s keywords: temperature, top-k, top-p, min-p, penalties
     vocab_limit: int | None
-    generator: torch.Generator | None
+    generator: list[torch.Generator] | None  # one per row
     window: int | None
     source: str
 
@@ -186,14 +154,16 @@ def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
 def sample(
     logits: torch.Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None,
     min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0, counts: TokenCounts | None = None, generator: torch.Generator | None = None
+    frequency_penalty: float = 0.0, counts: TokenCounts | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None
 ) -> torch.Tensor:
     """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token after the penalties.
 
     The penalties read ``counts`` (``TokenCounts``), which this call updates with the drawn tokens, so
     a caller keeps one for the whole generation; without penalties it may be None. The order of the
     processors is Hugging Face's (``generation.processors``); with every setting off the result is
-    what plain temperature and top-k sampling gives.
+    what plain temperature and top-k sampling gives. ``generator``: one for the batch, or one per row (so
+    a row draws as it would alone).
     """
     logits = _penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
     token = logits.argmax(dim=-1, keepdim=True) if temperature == 0 else _drawn(
@@ -220,7 +190,7 @@ def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: flo
 
 
 def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
-           generator: torch.Generator | None) -> torch.Tensor:
+           generator: torch.Generator | Sequence[torch.Generator] | None) -> torch.Tensor:
     """One draw per row from float logits (B, |V|) after the filters; top-k first, as it commutes with temperature."""
     if top_k is not None:
         logits = top_k_filtered(logits, top_k)
@@ -229,21 +199,22 @@ def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p
         logits = top_p_filtered(logits, top_p)
     if min_p is not None and min_p > 0:
         logits = min_p_filtered(logits, min_p)
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
+    probabilities = logits.softmax(dim=-1)
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probabilities, 1, generator=generator)  # (B, 1)
+    rows = [torch.multinomial(row[None], 1, generator=g) for row, g in zip(probabilities, generator, strict=True)]
+    return torch.cat(rows)  # B x (1, 1) -> (B, 1)
 
 
-def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
-                  top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
-                  repetition_penalty: float | None = None, presence_penalty: float = 0.0,
-                  frequency_penalty: float = 0.0, overflow: str = "slide", seed: int | None = None,
-                  vocab_limit: int | None = None) -> None:
-    """``generate``'s own checks, which it makes before any kernel runs: bad arguments (``generation_bounds``),
-    and (overflow="error") positions a learned table cannot hold. A caller with several requests asks them
-    all before it generates the first."""
+def check_request(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
+                  vocab_limit: int | None = None, **overrides: Any) -> None:
+    """``generate``'s own checks, which it makes before any kernel runs: the ids, the settings
+    (``GenerationSettings`` checks its own bounds), the vocabulary limit and (overflow="error") positions a
+    learned table cannot hold. A caller with several requests asks them all before it generates the first."""
+    settings = settings_with(settings, overrides)
     check_token_ids(ids, min_length=1)
-    check_generation_arguments(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                               min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                               frequency_penalty=frequency_penalty, seed=seed, overflow=overflow, vocab_limit=vocab_limit, vocab_size=model.embedding.num_embeddings)
+    check_vocab_limit(vocab_limit, model.embedding.num_embeddings)
+    max_new_tokens, overflow = settings.max_new_tokens, settings.overflow
     limit = model.positional.max_positions
     n_prompt = ids.shape[1]
     end = n_prompt + max_new_tokens
