@@ -27,6 +27,8 @@ def add_parser(subparsers) -> None:
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", action="append", metavar="TEXT", help="text to continue, in the checkpoint's "
                         "tokenizer; repeat for several prompts, continued one after another")
+    prompt.add_argument("--prompt-file", metavar="FILE", help="texts to continue, one per line (UTF-8; an empty "
+                        "line is refused), as if each were given with --prompt")
     prompt.add_argument("--ids", action="append", metavar="IDS", help="token ids to continue, comma-separated "
                         "(1,2,3): for a checkpoint without a tokenizer; prints ids; repeat for several prompts")
     parser.add_argument("--max-new-tokens", type=new_token_count, metavar="N", help="tokens to add (default: "
@@ -77,6 +79,13 @@ def _add_filter_arguments(parser: argparse.ArgumentParser) -> None:
                              "X from -2 to 2 (default 0: off)")
 
 
+def _prompts_in(path: str) -> list[str]:
+    """The prompts of ``--prompt-file``: one per line, each refused as FILE:LINE when empty."""
+    from blockspec.data.textfiles import read_lines
+
+    return read_lines(path, wanted="a prompt of at least one character")
+
+
 def _settings(args: argparse.Namespace, new_tokens: int, tokenizer):
     """The flags as one ``GenerationSettings``, the object ``blockspec.generate`` takes: one set of names and bounds."""
     from blockspec.generation.settings import GenerationSettings
@@ -96,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from blockspec.sources import open_source
 
     device = resolve_device(args.device)
+    if args.prompt_file is not None:
+        args.prompt = _prompts_in(args.prompt_file)
     if args.prompt is not None and not all(args.prompt):
         raise UsageError("--prompt: expected at least one character, found an empty text")
     _check_stop_flags(args)
@@ -105,14 +116,14 @@ def run(args: argparse.Namespace) -> int:
     _warn_unproducible(args.stop, tokenizer)
     requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
     records = []
-    for given, prompt, settings in requests:  # each checked before the first runs
-        for record in _continued(args, model, tokenizer, prompt, settings):
+    for number, (given, prompt, settings) in enumerate(requests, start=1):  # each checked before the first runs
+        for sample, record in enumerate(_continued(args, model, tokenizer, prompt, settings), start=1):
             record["prompt" if args.ids is None else "prompt_ids"] = given
             records.append(record)
             if args.stream and args.json:
                 print(json.dumps(record), flush=True)  # the final object, one line after the pieces
             elif not args.json and not args.stream:
-                _print(args, record, len(records), len(requests) * args.num_samples)
+                _print(args, record, (number, len(requests)), (sample, args.num_samples))
     if args.json and not args.stream:
         emit_json(records[0] if len(records) == 1 else records)
     return 0
@@ -196,7 +207,7 @@ def _check_stop_flags(args: argparse.Namespace) -> None:
     if args.stream and args.ids is not None:
         raise UsageError("--stream: streams text, and --ids prints ids; give --prompt, or drop --stream")
     if args.stream and len(args.prompt) > 1:
-        raise UsageError(f"--stream: streams one prompt, found {len(args.prompt)} --prompt flags")
+        raise UsageError(f"--stream: streams one prompt, found {len(args.prompt)} prompts")
     if args.stream and args.num_samples > 1:
         raise UsageError(f"--stream: streams one text, found --num-samples {args.num_samples}; drop one of them")
 
@@ -230,15 +241,19 @@ def _prompt_ids(args: argparse.Namespace, tokenizer, vocab_size: int, given: str
     return _encoded(tokenizer, given)
 
 
-def _print(args: argparse.Namespace, record: dict, number: int, total: int) -> None:
-    """Text when the prompt was text, under a header when there are several; ids one line each for --ids."""
+def _print(args: argparse.Namespace, record: dict, prompt: tuple[int, int], sample: tuple[int, int]) -> None:
+    """Text when the prompt was text, under a header when there are several texts; ids one line each for --ids.
+
+    ``prompt`` and ``sample``: (number, of how many)."""
     if args.ids is not None:
         print(",".join(map(str, record["ids"])))
         return
-    if number > 1:
+    if prompt[0] > 1 or sample[0] > 1:
         print()
-    if total > 1:
-        print(f"==> prompt {number} of {total} <==")
+    header = [f"prompt {prompt[0]} of {prompt[1]}"] if prompt[1] > 1 else []
+    header += [f"sample {sample[0]} of {sample[1]}"] if sample[1] > 1 else []
+    if header:
+        print(f"==> {', '.join(header)} <==")
     print(record["text"])
 
 

@@ -45,8 +45,9 @@ def check_distinct(paths: Sequence[str | Path]) -> None:
         seen[identity] = path
 
 
-def chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
-    """The text of ``path`` in pieces of about ``size`` bytes that end at a line break where there is one."""
+def chunks(path: str | Path, size: int = CHUNK_BYTES, *, wanted: str = "UTF-8 text to train on") -> Iterator[str]:
+    """The text of ``path`` in pieces of about ``size`` bytes that end at a line break where there is one;
+    ``wanted`` is what an empty file's refusal says was expected."""
     decoder, carry, offset = codecs.getincrementaldecoder("utf-8")(), "", 0
     with _opened(path) as stream:
         while block := stream.read(size):
@@ -58,7 +59,7 @@ def chunks(path: str | Path, size: int = CHUNK_BYTES) -> Iterator[str]:
                 yield text[:cut]
         tail = carry + _decode(decoder, b"", path, offset, final=True)
     if not offset:
-        raise TextFileError(f"{path}: is empty; expected UTF-8 text to train on")
+        raise TextFileError(f"{path}: is empty; expected {wanted}")
     if tail:
         yield tail
 
@@ -79,3 +80,15 @@ def _decode(decoder, block: bytes, path: str | Path, offset: int, *, final: bool
     except UnicodeDecodeError as error:
         raise TextFileError(f"{path}: is not UTF-8 text: byte {offset + error.start} is {block[error.start:error.start + 1]!r}"
                             "; convert it to UTF-8 (e.g. iconv -t utf-8)") from None
+
+
+def read_lines(path: str | Path, *, wanted: str) -> list[str]:
+    """The lines of a UTF-8 file (the final line break ends the last line; CRLF is a line break), each at
+    least one character: an empty one is refused as ``path:line``, since it would be a prompt of nothing."""
+    text = "".join(chunks(path, wanted=wanted))
+    lines = [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]  # only \n breaks a line
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            raise TextFileError(f"{path}:{number}: is an empty line; expected {wanted}, one per line "
+                                "(remove the line, or give its text)")
+    return lines
