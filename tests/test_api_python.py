@@ -252,3 +252,15 @@ def test_trace_and_the_estimate_given_a_path_say_what_they_take(tmp_path):
         blockspec.trace(str(spec_path), torch.tensor([[1, 2]]))
     with pytest.raises(blockspec.ArgumentTypeError, match=r"^model: expected a ModelConfig.*found str"):
         blockspec.estimate_parameters(str(spec_path))
+
+
+def test_load_spec_of_a_folder_points_at_the_spec_inside(sources, tmp_path):
+    with pytest.raises(blockspec.SpecError, match="is a directory, not a spec file; a checkpoint's spec is"):
+        blockspec.load_spec(sources / "ckpt")
+    with pytest.raises(blockspec.SpecError, match=r"is a directory, not a spec file; give a \.toml file$"):
+        blockspec.load_spec(tmp_path)
+
+
+def test_save_to_something_that_is_not_a_path_names_it(sources):
+    with pytest.raises(blockspec.InputError, match="^path: expected a folder to write the checkpoint to .*found int"):
+        blockspec.save(blockspec.load(sources / "ckpt"), 3)

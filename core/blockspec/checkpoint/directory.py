@@ -37,7 +37,7 @@ from blockspec.checkpoint.contained import contained_file
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.specs import structure_spec
 from blockspec.spec.convert import dump_spec
-from blockspec.errors import CheckpointError, SpecError
+from blockspec.errors import CheckpointError, InputError, Problem, SpecError
 from blockspec.outputs.lock import folder_lock
 from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
 from blockspec.checkpoint.layout import (
@@ -92,7 +92,7 @@ def save(
     exclusive: of two processes saving to the same new path, one wins, the other is refused.
     Any other existing file or non-empty directory is always refused; an empty directory is taken.
     """
-    target = Path(path)
+    target = _folder(path)
     spec = _spec_of(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
     files.update(_checked_extra_files({**carried_entries(getattr(model, "carried", {})), **(extra_files or {})}))
@@ -114,6 +114,14 @@ def _write_checkpoint(staging: Path, model: Transformer, files: Mapping[str, byt
     records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
     manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
     (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
+
+
+def _folder(path: object) -> Path:
+    """The checkpoint's folder; anything but a path is refused by name, not with a TypeError from os."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(Problem(path="path", expected="a folder to write the checkpoint to (a str or a Path)",
+                                 found=type(path).__name__))
+    return Path(path)
 
 
 def _spec_of(model: Transformer) -> ModelSpec:

@@ -284,6 +284,9 @@ def write_tokenizer_directory(tokenizer: HFTokenizer, directory: str | Path, *, 
     return out / TOKENIZER_FILE
 
 
+FAST_TOKENIZER = "PreTrainedTokenizerFast"  # transformers' class for a bare tokenizer.json
+
+
 def transformers_config(tokenizer: HFTokenizer) -> dict[str, str]:
     """tokenizer_config.json: the roles ``AutoTokenizer`` reads (``eos_token``, ``bos_token``), by the names' rule.
 
@@ -291,7 +294,7 @@ def transformers_config(tokenizer: HFTokenizer) -> dict[str, str]:
     eos = end_of_text(tokenizer)
     bos = next((name for name in BEGIN_OF_TEXT_NAMES if name in tokenizer.special_tokens), eos)
     roles = {"bos_token": bos, "eos_token": eos}
-    return {"tokenizer_class": "PreTrainedTokenizerFast", **{k: v for k, v in roles.items() if v is not None}}
+    return {"tokenizer_class": FAST_TOKENIZER, **{k: v for k, v in roles.items() if v is not None}}
 
 
 def read_tokenizer_directory(directory: str | Path) -> CharTokenizer | HFTokenizer | None:

@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, tokenizer_bytes, transformers_config
+from blockspec.data.tokenizer import FAST_TOKENIZER, CharTokenizer, HFTokenizer, tokenizer_bytes, transformers_config
 from blockspec.interop.hf_layout import TOKENIZER, TOKENIZER_CONFIG, TOKENIZER_FILES
 from blockspec.sources.source import Source
 from blockspec.sources.tokenizers import tokenizer_file_of
 
 EVERY_CHARACTER = r"[\s\S]"  # one match per character, line breaks included (no flag needed)
-FAST_TOKENIZER = "PreTrainedTokenizerFast"  # transformers' class for a bare tokenizer.json
 
 __all__ = ["export_files", "hf_tokenizer_json"]
 

@@ -76,9 +76,20 @@ class Resolver(Protocol):
 # ---------------------------------------------------------------- loading
 
 
+def _spec_in_directory_hint(folder: Path) -> str:
+    """What a user who gave a folder likely meant: its spec.toml (a checkpoint's), or a .toml file in it."""
+    if (folder / "spec.toml").is_file():
+        return f"a checkpoint's spec is {folder / 'spec.toml'} (blockspec.load reads the model itself)"
+    found = sorted(folder.glob("*.toml"))
+    return "give a .toml file" + (f", e.g. {found[0]}" if found else "")
+
+
 def read_spec_text(path: str | Path) -> str:
     """A spec file as UTF-8 text; reads at most one byte past the size limit."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(Problem(file=str(path), message="is a directory, not a spec file",
+                                hint=_spec_in_directory_hint(path)))
     try:
         with path.open("rb") as stream:
             data = stream.read(toml_guard.MAX_SPEC_BYTES + 1)
