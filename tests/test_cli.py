@@ -9,17 +9,11 @@ import sys
 import pytest
 
 import blockspec
-from blockspec.cli import main
 from blockspec.registry.loading import load_registry
 
 from .conftest import SPECS
 from .test_spec import BASE
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from .cli_run import run
 
 
 def test_list_json_has_every_component_with_its_distribution(capsys):

@@ -13,17 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from blockspec.cli import main
 
 from .cli_assets import FAST, SPECS, TINY
+from .cli_run import run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error(code: int, err: str) -> str:

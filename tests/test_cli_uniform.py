@@ -20,18 +20,13 @@ from blockspec.interop import export_hf
 from .corpus import small_play
 from .specs import spec_text
 from .weights_helpers import llama_spec, randomized
+from .cli_run import run
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 TINY = str(SPECS / "tiny-shakespeare.toml")
 MICRO = spec_text(name="micro", vocab_size=64, context_length=32, d_model=32, n_layers=2, n_heads=4, d_ff=64,
                   positional="rope")
 FAST = ["--batch-size", "8", "--eval-batches", "2", "--eval-every", "0", "--device", "cpu"]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:

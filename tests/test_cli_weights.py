@@ -13,16 +13,10 @@ import torch
 
 import blockspec
 from blockspec.checkpoint.directory import load, read_checkpoint_manifest
-from blockspec.cli import main
 from blockspec.interop import export_hf
 
 from .weights_helpers import gpt2_spec, llama_spec, randomized
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+from .cli_run import run
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import json
 import pytest
 
 import blockspec
-from blockspec.cli import main
 from blockspec.data.tokenizer import CharTokenizer, tokenizer_bytes
 
 from .weights_helpers import GPT2_TEXT
+from .cli_run import run as run_command
 
 SPEC = GPT2_TEXT.format(tied="true")  # context_length 32
 TEXT = "the quick brown fox jumps over the lazy dog\n" * 8
@@ -30,9 +30,7 @@ def checkpoints(tmp_path_factory, registry):
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main(["eval", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_command(capsys, "eval", *argv)
 
 
 def test_json_report_gives_every_figure_and_the_same_figure_twice(checkpoints, capsys):

@@ -22,6 +22,7 @@ from blockspec.interop import export_hf
 
 from .corpus import small_play
 from .specs import spec_text
+from .cli_run import run
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("tokenizers")
@@ -146,13 +147,6 @@ def _favouring(model, token: int):
 def test_bad_stops_are_refused_before_the_first_step(tiny, stops, found):
     with pytest.raises(InputError, match=found):
         generate(tiny["model"], torch.tensor([PROMPT]), max_new_tokens=2, **stops)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_command_stops_at_a_stop_string_and_says_why(tiny, capsys):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import blockspec
-from blockspec.cli import main
 from blockspec.errors import SpecError
 from blockspec.inspect.trace import trace
 from blockspec.testing.properties.ffn import naive_mixture
@@ -17,6 +16,7 @@ from blockspec.data.dataset import CharDataset
 from blockspec.generation.tokens import generate
 from blockspec.train.loop import Trainer, TrainConfig, auxiliary_loss
 from tests.verify.test_random_specs import moe_parameters
+from .cli_run import run as cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -170,13 +170,6 @@ def test_it_matches_hugging_face_mixtral_on_the_same_weights(registry):
         expected = block(x)
         expected = expected[0] if isinstance(expected, tuple) else expected
         assert torch.allclose(moe(x), expected, atol=1e-5)
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """The command in this process: what it checks is the plugin's entry, not a fresh interpreter."""
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_list_shows_ffn_moe_from_blockspec_moe(capsys):

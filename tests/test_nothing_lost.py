@@ -34,6 +34,7 @@ from blockspec.train.loop import Trainer
 from .corpus import small_play
 from .specs import spec_text
 from .weights_helpers import gpt2_spec, randomized
+from .cli_run import run
 
 # vocab_size = the text's characters: an untrained model then never samples an id the tokenizer lacks
 SPEC = spec_text(name="micro", vocab_size=len(set(small_play())), context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=32)
@@ -62,12 +63,6 @@ def tree(path: Path) -> dict[str, tuple[bytes | None, int]]:
     for item in sorted(path.rglob("*")):
         entries[str(item.relative_to(path))] = (None if item.is_dir() else item.read_bytes(), item.stat().st_mode)
     return entries
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------- 1. silent replacement

@@ -23,6 +23,7 @@ from blockspec.generation.tokens import generate, sample
 
 from .cli_assets import make_assets
 from .specs import spec_text
+from .cli_run import run
 
 TINY_TEMPERATURES = (1e-40, 1e-45, 1e-300, 5e-324, 1e-8)
 
@@ -124,12 +125,6 @@ def test_prompt_ids_that_are_not_a_2d_integer_tensor_are_an_input_error(model, i
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     return make_assets(tmp_path_factory.mktemp("assets"))
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = blockspec.cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_the_command_with_a_tiny_temperature_prints_the_greedy_text(capsys, assets):

@@ -16,6 +16,7 @@ import pytest
 from blockspec.cli import COMMANDS, main, make_parser
 
 from .cli_walk import commands
+from .cli_run import run
 
 # (command, flag): the flags that keep every value; every other flag is single
 REPEATABLE = {("generate", "--prompt"), ("generate", "--ids"), ("sweep", "--vary"), ("trace", "--stage"),
@@ -45,12 +46,6 @@ def a_value(action: argparse.Action) -> list[str]:
         except (argparse.ArgumentTypeError, ValueError, TypeError):
             continue
     raise AssertionError(f"no candidate value for {action.option_strings}")
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

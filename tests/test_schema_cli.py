@@ -9,16 +9,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from blockspec.checkpoint.lock import LockDocument
-from blockspec.cli import main
 from blockspec.registry.spec_schema import spec_schema
 
 from .conftest import SPECS
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from .cli_run import run
 
 
 def test_the_schema_is_printed_and_is_the_registrys(capsys, registry):

@@ -23,16 +23,11 @@ from blockspec.spec.convert import spec_to_dict
 from .corpus import small_play
 from .specs import spec_text
 from .weights_helpers import llama_spec, randomized
+from .cli_run import run
 
 SPEC = spec_text(name="micro", vocab_size=64, context_length=32, d_model=32, n_layers=2, n_heads=4, d_ff=64,
                  positional="learned")
 FAST = ["--batch-size", "8", "--eval-batches", "2", "--lr", "1e-2", "--quiet"]
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

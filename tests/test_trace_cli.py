@@ -10,18 +10,12 @@ import pytest
 import torch
 
 import blockspec
-from blockspec.cli import main
 from blockspec.checkpoint.weights_file import load_weights
+from .cli_run import run as run_cli
 
 SPECS = Path(__file__).resolve().parents[1] / "examples" / "specs"
 
 TINY = str(SPECS / "tiny-shakespeare.toml")
-
-
-def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_lists_every_stage_with_n_5(capsys):

@@ -24,6 +24,7 @@ from blockspec.registry.loading import PluginWarning
 from ..plugin_dists import InstalledDists, write_distribution
 from ..specs import spec_text
 from ..weights_helpers import gpt2_spec, randomized
+from ..cli_run import run
 
 # Every class of character a terminal obeys, with the escape a message shows instead.
 OBEYED = {"\x00": "\\x00", "\x07": "\\x07", "\x08": "\\x08", "\t": "\\x09", "\r": "\\x0d", "\x1b": "\\x1b",
@@ -50,12 +51,6 @@ def assert_safe_lines(stderr: str, *, level: str = "error") -> list[str]:
     lines = stderr.splitlines()
     assert lines and all(line.startswith(f"blockspec: {level}: ") for line in lines), stderr
     return lines
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---------------------------------------------------------------- the one rendering

@@ -29,6 +29,7 @@ from blockspec.train.state import load_model_state
 from ..corpus import small_play
 from ..specs import spec_text
 from ..weights_helpers import edit_weights, gpt2_spec, randomized, resign
+from ..cli_run import run
 
 NOT_FLOATING = {torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8", torch.bool: "BOOL"}
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -39,12 +40,6 @@ TRAIN = ["--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--dev
 
 def as_kind(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (tensor > 0.5).to(dtype) if dtype == torch.bool else tensor.round().to(dtype)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error_line(err: str) -> str:
