@@ -1,9 +1,11 @@
-"""KV-cache generation: blockspec's cached greedy decoding versus Hugging Face ``generate``, same weights."""
+"""KV-cache generation: blockspec's cached greedy decoding versus Hugging Face ``generate``, same weights; and
+speculative decoding with a draft made of the target's first layers, versus the target alone."""
 
 from __future__ import annotations
 
 import importlib.util
 
+import attrs
 import torch
 
 import blockspec
@@ -53,4 +55,44 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
         "timings": {name: t.as_dict() for name, t in timings.items()},
         "time_ratio": timings["blockspec"].median / timings["hf"].median,
         "time_ratio_paired": paired_ratio(timings["blockspec"], timings["hf"]),
+        "speculative": speculative(case, registry, rounds),
     }
+
+
+def speculative(case: Case, registry: blockspec.Registry, rounds: int, *, draft_tokens: int = 4) -> dict[str, object]:
+    """Greedy tokens/s at batch 1 with and without a draft, interleaved; the same tokens either way.
+
+    Random weights have no small model that predicts them, so the draft is the target's first quarter of layers
+    with its embedding, final norm and head (self-speculative decoding, as LayerSkip drafts): what it accepts
+    says how far such a draft agrees, and the time ratio what one round costs against plain steps."""
+    from blockspec.generation.speculative import speculative_generate
+    from blockspec.generation.tokens import generate
+
+    spec = case.spec(registry)
+    target = blockspec.build(spec, registry=registry, seed=0).eval()
+    draft = first_layers(target, spec, registry, max(1, spec.model.n_layers // 4))
+    prompt = torch.randint(1, spec.model.vocab_size, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(0))
+    plain = generate(target, prompt, max_new_tokens=NEW_TOKENS, temperature=0.0)
+    drafted, stats = speculative_generate(target, draft, prompt, max_new_tokens=NEW_TOKENS, temperature=0.0,
+                                          draft_tokens=draft_tokens)
+    timings = interleave({
+        "plain": lambda: generate(target, prompt, max_new_tokens=NEW_TOKENS, temperature=0.0),
+        "speculative": lambda: speculative_generate(target, draft, prompt, max_new_tokens=NEW_TOKENS,
+                                                    temperature=0.0, draft_tokens=draft_tokens)}, rounds=rounds, warmup=1)
+    return {
+        "status": "measured", "same_tokens": torch.equal(plain, drafted), "draft_layers": draft.spec.model.n_layers,
+        "draft_tokens": draft_tokens, "acceptance_rate": stats.acceptance_rate, "target_passes": stats.rounds,
+        "tokens_per_s": {name: NEW_TOKENS / t.median for name, t in timings.items()},
+        "timings": {name: t.as_dict() for name, t in timings.items()},
+        "speedup": timings["plain"].median / timings["speculative"].median,
+        "speedup_paired": 1 / paired_ratio(timings["speculative"], timings["plain"]),
+    }
+
+
+def first_layers(model: torch.nn.Module, spec: blockspec.ModelSpec, registry: blockspec.Registry,
+                 n_layers: int) -> torch.nn.Module:
+    """A model of ``spec`` cut to its first ``n_layers`` blocks, holding ``model``'s weights for them."""
+    draft = blockspec.build(attrs.evolve(spec, model=attrs.evolve(spec.model, n_layers=n_layers)), registry=registry,
+                            seed=0)
+    draft.load_state_dict({name: value for name, value in model.state_dict().items() if name in draft.state_dict()})
+    return draft.eval()

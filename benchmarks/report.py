@@ -94,6 +94,18 @@ def generation_rows(results: dict[str, object]) -> list[str]:
     return rows
 
 
+def speculative_rows(results: dict[str, object]) -> list[str]:
+    rows = []
+    for name, data in results["cases"].items():
+        s = (data.get("generation") or {}).get("speculative")
+        if not s:
+            continue
+        tps, rate = s["tokens_per_s"], s["acceptance_rate"]
+        rows.append(f"| {name} | {s['draft_layers']} | {s['draft_tokens']} | {'-' if rate is None else f'{rate:.2f}'} | "
+                    f"{tps['plain']:.1f} | {tps['speculative']:.1f} | {s['speedup']:.3f} | {s['same_tokens']} |")
+    return rows
+
+
 def eval_rows(results: dict[str, object]) -> list[str]:
     rows = []
     for name, data in results["cases"].items():
@@ -165,6 +177,9 @@ def markdown(results: dict[str, object]) -> str:
         ("KV-cache generation, greedy, batch 1 (tokens/s)",
          ["| case | status | blockspec | Hugging Face generate | ratio | same tokens |",
           "| --- | --- | --- | --- | --- | --- |"], generation_rows),
+        ("Speculative decoding, greedy, batch 1: a draft of the target's first layers (tokens/s)",
+         ["| case | draft layers | K | acceptance | target alone | with the draft | speedup | same tokens |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"], speculative_rows),
         ("blockspec eval vs a bare batched forward pass over the same windows (tokens/s)",
          ["| case | eval | bare forward | ratio |", "| --- | --- | --- | --- |"], eval_rows),
         ("Graph breaks", [], graph_break_lines),

@@ -20,6 +20,7 @@ OVERFLOWS = ("slide", "error")
 MAX_REPETITION_PENALTY = 1e6  # finite: a logit divided by inf is NaN-free but a penalty of inf is surely a typo
 MAX_SAMPLES = 4096  # rows of one batch; more is surely a typo, and the memory check sizes the rest
 MAX_ADDITIVE_PENALTY = 2.0  # the presence and frequency penalties' range in OpenAI's API, which vLLM shares
+DEFAULT_DRAFT_TOKENS = 4  # speculative decoding: how many tokens the draft proposes per round
 
 
 def check_generation_arguments(*, max_new_tokens: object, temperature: object, top_k: object, seed: object,
@@ -61,6 +62,12 @@ def check_sampling_filters(*, top_p: object, min_p: object, repetition_penalty: 
     for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
         _require(name, value, _real(value) and -MAX_ADDITIVE_PENALTY <= value <= MAX_ADDITIVE_PENALTY,
                  f"a number from -{MAX_ADDITIVE_PENALTY:g} to {MAX_ADDITIVE_PENALTY:g} (0: off)")
+
+
+def check_draft_tokens(draft_tokens: object) -> None:
+    """Speculative decoding's K: how many tokens the draft proposes before the target checks them."""
+    _require("draft_tokens", draft_tokens, _integer(draft_tokens, 1, MAX_NEW_TOKENS),
+             f"an integer from 1 to {MAX_NEW_TOKENS:_}")
 
 
 def _require(name: str, value: object, holds: bool, expected: str) -> None:

@@ -191,7 +191,18 @@ def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: flo
 
 def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
            generator: torch.Generator | Sequence[torch.Generator] | None) -> torch.Tensor:
-    """One draw per row from float logits (B, |V|) after the filters; top-k first, as it commutes with temperature."""
+    """One draw per row from float logits (B, |V|) after the filters."""
+    probabilities = filtered_probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probabilities, 1, generator=generator)  # (B, 1)
+    rows = [torch.multinomial(row[None], 1, generator=g) for row, g in zip(probabilities, generator, strict=True)]
+    return torch.cat(rows)  # B x (1, 1) -> (B, 1)
+
+
+def filtered_probabilities(logits: torch.Tensor, *, temperature: float, top_k: int | None = None,
+                           top_p: float | None = None, min_p: float | None = None) -> torch.Tensor:
+    """Float logits (B, |V|) -> what a sampled step draws from (B, |V|); top-k first, as it commutes with the
+    temperature. Speculative decoding compares two models' distributions, so they are had apart from the draw."""
     if top_k is not None:
         logits = top_k_filtered(logits, top_k)
     logits = temperature_scaled(logits, temperature)
@@ -199,11 +210,7 @@ def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p
         logits = top_p_filtered(logits, top_p)
     if min_p is not None and min_p > 0:
         logits = min_p_filtered(logits, min_p)
-    probabilities = logits.softmax(dim=-1)
-    if generator is None or isinstance(generator, torch.Generator):
-        return torch.multinomial(probabilities, 1, generator=generator)  # (B, 1)
-    rows = [torch.multinomial(row[None], 1, generator=g) for row, g in zip(probabilities, generator, strict=True)]
-    return torch.cat(rows)  # B x (1, 1) -> (B, 1)
+    return logits.softmax(dim=-1)
 
 
 def check_request(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
