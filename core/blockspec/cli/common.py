@@ -84,6 +84,11 @@ def print_warning(message: object) -> None:
     _print_prefixed("warning", message)
 
 
+def print_note(message: object) -> None:
+    """A note on stderr (what a run measured, beside its output on stdout), escaped as errors are."""
+    _print_prefixed("note", message)
+
+
 def _print_prefixed(level: str, message: object) -> None:
     """The one printer of the command's own messages: terminal controls from a file or a plugin are escaped
     (``printable``) before anything reaches the terminal, whoever built the text."""

@@ -8,15 +8,16 @@ import json
 from blockspec.cli.common import (MEMORY_FLAGS, UsageError, add_device_argument, add_json_argument,
                                   add_memory_check_argument, additive_penalty_float, emit_json, flag_names,
                                   memory_limit, min_p_fraction, new_token_count, non_negative_float, positive_int,
-                                  print_warning, registry_with_warnings, repetition_penalty_float, resolve_device,
-                                  sample_count, seed_int, top_p_fraction)
-from blockspec.generation.bounds import DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
+                                  print_note, print_warning, registry_with_warnings, repetition_penalty_float,
+                                  resolve_device, sample_count, seed_int, top_p_fraction)
+from blockspec.generation.bounds import DEFAULT_DRAFT_TOKENS, DEFAULT_NEW_TOKENS, DEFAULT_SEED, DEFAULT_TEMPERATURE
 
 FLAGS = {"save_checkpoint": "`blockspec train --out`", "overflow": "--overflow slide",
          "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k", "seed": "--seed",
          "stop_strings": "--stop", "stop": "--stop",
          "top_p": "--top-p", "min_p": "--min-p", "repetition_penalty": "--repetition-penalty",
          "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty", "num_samples": "--num-samples",
+         "draft": "--draft", "draft_tokens": "--draft-tokens", "use_cache": "--no-cache",
          **MEMORY_FLAGS}
 
 
@@ -55,6 +56,11 @@ def add_parser(subparsers) -> None:
                         help="print text as it is decoded (with --json: one JSON object per line and piece, "
                              "then the final object)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step")
+    parser.add_argument("--draft", metavar="SOURCE", help="speculative decoding: a smaller model of the same "
+                        "tokenizer (a checkpoint or a Hugging Face directory) proposes tokens the model checks in "
+                        "one pass; the same output, faster when the draft guesses well")
+    parser.add_argument("--draft-tokens", type=positive_int, default=DEFAULT_DRAFT_TOKENS, metavar="K",
+                        help=f"tokens the draft proposes per round (default {DEFAULT_DRAFT_TOKENS})")
     add_device_argument(parser)
     add_memory_check_argument(parser)
     add_json_argument(parser, "a JSON object (model, prompt, text, new_tokens, ids, tokenizer, stop_reason); a list "
@@ -113,11 +119,12 @@ def run(args: argparse.Namespace) -> int:
     with flag_names(FLAGS):
         source = open_source(args.checkpoint, registry_with_warnings(), with_weights=True)
         model, tokenizer = source.model(device=device), source.tokenizer()
+        draft = None if args.draft is None else _draft(args.draft, tokenizer, device)
     _warn_unproducible(args.stop, tokenizer)
-    requests = [_request(args, model, tokenizer, given, device) for given in args.prompt or args.ids]
+    requests = [_request(args, model, tokenizer, given, device, draft) for given in args.prompt or args.ids]
     records = []
     for number, (given, prompt, settings) in enumerate(requests, start=1):  # each checked before the first runs
-        for sample, record in enumerate(_continued(args, model, tokenizer, prompt, settings), start=1):
+        for sample, record in enumerate(_continued(args, model, tokenizer, prompt, settings, draft), start=1):
             record["prompt" if args.ids is None else "prompt_ids"] = given
             records.append(record)
             if args.stream and args.json:
@@ -129,10 +136,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
+def _draft(path: str, tokenizer, device):
+    """``--draft``'s model, refused unless its tokenizer is the model's: the same ids must mean the same text."""
+    from blockspec.data.tokenizer import tokenizer_bytes
+    from blockspec.sources import open_source
+
+    source = open_source(path, registry_with_warnings(), with_weights=True)
+    theirs = source.tokenizer()
+    if tokenizer is not None and theirs is not None and tokenizer_bytes(theirs) != tokenizer_bytes(tokenizer):
+        raise UsageError(f"--draft {path}: its tokenizer ({theirs.describe()}) is not the model's "
+                         f"({tokenizer.describe()}); draft with a model trained on the same tokenizer")
+    return source.model(device=device)
+
+
+def _request(args: argparse.Namespace, model, tokenizer, given: str, device, draft=None):
     """A prompt as (given, ids (1, N), settings), refused now if ``generate`` would refuse it."""
     import torch
 
+    from blockspec.generation.speculative import check_draft
     from blockspec.generation.tokens import check_request
 
     prompt = torch.tensor([_prompt_ids(args, tokenizer, model.spec.model.vocab_size, given)], dtype=torch.long,
@@ -141,20 +162,46 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device):
     settings = _settings(args, _new_tokens(args.max_new_tokens, limit, prompt.shape[1]), tokenizer)
     with flag_names(FLAGS):
         check_request(model, prompt, settings, vocab_limit=_vocab_limit(tokenizer))
+        if draft is not None:
+            check_draft(model, draft, prompt, settings, draft_tokens=args.draft_tokens,
+                        vocab_limit=_vocab_limit(tokenizer))
     return given, prompt, settings
 
 
-def _continued(args: argparse.Namespace, model, tokenizer, prompt, settings) -> list[dict]:
+def _continued(args: argparse.Namespace, model, tokenizer, prompt, settings, draft=None) -> list[dict]:
     """One prompt (1, N) continued once per sample, as ``--json`` reports each; a prompt's samples do not
     depend on the other prompts (sample i is seeded seed + i)."""
-    from blockspec.generation.tokens import generate_stream
-
     decode = None if tokenizer is None else tokenizer.decode
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
-        steps = generate_stream(model, prompt, settings, vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint,
-                                memory_check=not args.no_memory_check, decode=decode)
+        steps = _steps(args, model, prompt, settings, draft, tokenizer)
         rows = _streamed(args, steps, decode) if args.stream else _collected(steps, settings.num_samples)
-    return [_record(model, tokenizer, prompt[0].tolist(), new, settings) for new in rows]
+    records = [_record(model, tokenizer, prompt[0].tolist(), new, settings) for new in rows]
+    if draft is not None:
+        _report_draft(args, records[0], steps.stats)
+    return records
+
+
+def _steps(args: argparse.Namespace, model, prompt, settings, draft, tokenizer):
+    """The decoding stream: plain, or speculative with ``--draft``."""
+    from blockspec.generation.speculative import speculative_stream
+    from blockspec.generation.tokens import generate_stream
+
+    context = dict(vocab_limit=_vocab_limit(tokenizer), source=args.checkpoint, memory_check=not args.no_memory_check,
+                   decode=None if tokenizer is None else tokenizer.decode)
+    if draft is None:
+        return generate_stream(model, prompt, settings, **context)
+    return speculative_stream(model, draft, prompt, settings, draft_tokens=args.draft_tokens, draft_source=args.draft,
+                              **context)
+
+
+def _report_draft(args: argparse.Namespace, record: dict, stats) -> None:
+    """How well the draft guessed: in the JSON record, else one line on stderr."""
+    rate = stats.acceptance_rate
+    record["draft"] = {"source": args.draft, "draft_tokens": args.draft_tokens, "rounds": stats.rounds,
+                       "drafted": stats.drafted, "accepted": stats.accepted, "acceptance_rate": rate}
+    if not args.json:
+        shown = "nothing drafted" if rate is None else f"{rate:.1%} of {stats.drafted:,} drafted tokens accepted"
+        print_note(f"--draft {args.draft}: {shown}, {stats.rounds:,} target passes")
 
 
 def _collected(steps, n_rows: int) -> list[list[int]]:

@@ -26,7 +26,7 @@ from blockspec.generation.bounds import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from blockspec.generation.stopping import StopConditions
 from blockspec.generation.processors import TokenCounts
 from blockspec.generation.settings import GenerationSettings, settings_with
-from blockspec.generation.tokens import _penalized as penalized  # the penalties in ``sample``'s order
+from blockspec.generation.tokens import penalized  # the penalties in sample()'s order
 from blockspec.generation.tokens import check_request, eval_mode, filtered_probabilities
 from blockspec.modules.kv_cache import KVCache
 from blockspec.modules.transformer import Transformer

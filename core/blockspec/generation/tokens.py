@@ -165,7 +165,7 @@ def sample(
     what plain temperature and top-k sampling gives. ``generator``: one for the batch, or one per row (so
     a row draws as it would alone).
     """
-    logits = _penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
+    logits = penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
     token = logits.argmax(dim=-1, keepdim=True) if temperature == 0 else _drawn(
         logits.float(), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, generator=generator)
     if counts is not None:
@@ -173,7 +173,7 @@ def sample(
     return token  # (B, 1)
 
 
-def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: float | None, presence: float,
+def penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: float | None, presence: float,
                frequency: float) -> torch.Tensor:
     """The logits with the repetition, presence and frequency penalties that are on (all off: unchanged)."""
     wanted = repetition not in (None, 1.0) or presence != 0 or frequency != 0
