@@ -1,0 +1,176 @@
+"""Ragged batches: left-padded prompts of different lengths, each row the same as that prompt alone.
+
+The cache carries each row's padding (``KVCache(padding=...)``): the encoders see each row's own
+positions, and attention hides the padding keys. Every positional kind is covered, the third-party
+fallback (an encoder whose hooks take int starts only) included, with a sliding window and a MoE FFN.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from attrs import frozen
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tomli_w import dumps
+
+import blockspec
+from blockspec.modules.kv_cache import KVCache
+from blockspec.plugin import PositionalEncoding
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # micro models: see conftest
+
+VOCAB = 29
+
+
+@frozen(kw_only=True)
+class RowwiseConfig:
+    """A third party's encoder that adds, rotates and biases, with int starts only."""
+
+
+class RowwisePositions(PositionalEncoding):
+    """No ``tensor_positions``: the core calls its hooks row by row. Its bias reads absolute key positions,
+    so a wrong start changes the scores."""
+
+    adds = rotates = biases = True
+
+    def __init__(self, d_model: int, head_dim: int) -> None:
+        super().__init__(max_positions=None)
+        self.d_model, self.head_dim = d_model, head_dim
+
+    def embed(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        assert isinstance(start, int) and start >= 0
+        at = torch.arange(start, start + x.shape[-2], dtype=torch.float32)
+        return x + 0.3 * torch.sin(at[:, None] * torch.linspace(0.1, 1.0, self.d_model))  # (B, N, d) + (N, d)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        assert isinstance(start, int) and start >= 0
+        angle = torch.arange(start, start + q.shape[-2], dtype=torch.float32)[:, None] * 0.7  # (N, 1)
+        return _turned(q, angle), _turned(k, angle)
+
+    def score_bias(self, n_q: int, n_k: int, start: int = 0) -> torch.Tensor:
+        assert isinstance(start, int) and start >= 0
+        keys = torch.arange(start + n_q - n_k, start + n_q, dtype=torch.float32)  # (n_k,)
+        return (-0.2 * keys).expand(1, n_q, n_k)  # (1, n_q, n_k)
+
+
+def _turned(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """x (..., N, hs): the first two features turned by angle (N, 1)."""
+    a, b, rest = x[..., :1], x[..., 1:2], x[..., 2:]
+    cos, sin = angle.cos(), angle.sin()
+    return torch.cat((a * cos - b * sin, a * sin + b * cos, rest), dim=-1)  # (..., N, hs)
+
+
+def _plugin():
+    import types
+
+    plugin = types.ModuleType("test_ragged_plugin")
+
+    @blockspec.hookimpl
+    def blockspec_register(register):
+        register("positional", "rowwise", RowwiseConfig,
+                 lambda c, ctx: RowwisePositions(ctx.model.d_model, ctx.model.head_dim))
+
+    plugin.blockspec_register = blockspec_register
+    return plugin
+
+
+@pytest.fixture(scope="module")
+def ragged_registry():
+    return blockspec.load_registry(plugins=[(_plugin(), "test-ragged", "0.0")])
+
+
+KINDS: dict[str, dict] = {  # name -> the spec's tables beyond [model]
+    "learned": {"positional": {"use": "learned"}},
+    "sinusoidal": {"positional": {"use": "sinusoidal"}},
+    "rope": {"positional": {"use": "rope"}},
+    "rope-llama3": {"positional": {"use": "rope", "scaling": "llama3", "factor": 4.0, "original_context_length": 4}},
+    "rope-dynamic": {"positional": {"use": "rope", "scaling": "dynamic", "factor": 2.0}, "context_length": 6},
+    "alibi": {"positional": {"use": "alibi"}},  # the example third-party plugin: a score bias
+    "rowwise": {"positional": {"use": "rowwise"}},  # no tensor_positions: the row-by-row fallback
+    "window": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sliding_window": 3}},
+    "softcap": {"positional": {"use": "alibi"}, "attention": {"use": "causal", "logit_softcap": 2.0}},
+    "moe": {"positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 4, "top_k": 2}},
+}
+
+
+def kind_spec(name: str, registry) -> blockspec.ModelSpec | None:
+    """The tiny spec of one kind, or None when its positional component is not installed."""
+    tables = dict(KINDS[name])
+    model = {"name": f"ragged-{name}", "vocab_size": VOCAB, "context_length": tables.pop("context_length", 24),
+             "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_ff": 48}
+    if registry.get("positional", tables["positional"]["use"]) is None:
+        return None
+    document = {"model": model, "norm": {"use": "layernorm"}, "activation": {"use": "gelu"},
+                "head": {"use": "lm"}, **tables}
+    return blockspec.loads_spec(dumps(document), registry)
+
+
+@pytest.fixture(scope="module")
+def models(ragged_registry):
+    """One tiny model of each kind, built once; the embedding sharpened so greedy ties cannot flip."""
+    built = {}
+    for name in KINDS:
+        spec = kind_spec(name, ragged_registry)
+        if spec is None:
+            continue
+        model = blockspec.build(spec, registry=ragged_registry, seed=0)
+        with torch.no_grad():
+            model.embedding.weight.mul_(25.0)
+        built[name] = model.eval()
+    return built
+
+
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts -> ids (B, L) left-padded with id 0, and each row's padding (B,)."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    return ids, torch.tensor([width - len(p) for p in prompts])
+
+
+prompt_lists = st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=7), min_size=1, max_size=4)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@settings(max_examples=8)
+@given(prompts=prompt_lists, steps=st.integers(1, 3))
+def test_a_padded_cache_gives_each_row_its_solo_logits(models, kind, prompts, steps):
+    model = models.get(kind) or pytest.skip(f"{kind}: component not installed")
+    ids, padding = left_padded(prompts)
+    following = torch.randint(VOCAB, (len(prompts), steps), generator=torch.Generator().manual_seed(len(prompts)))
+    with torch.no_grad():
+        cache = KVCache.for_model(model, batch_size=len(prompts), max_length=ids.shape[1] + steps, padding=padding)
+        batched = [model(ids, cache=cache)]
+        for t in range(steps):
+            batched.append(model(following[:, t:t + 1], start=ids.shape[1] + t, cache=cache))
+        together = torch.cat(batched, dim=1)  # (B, L + steps, |V|)
+        for row, prompt in enumerate(prompts):
+            alone = solo_logits(model, prompt, following[row])  # (N + steps, |V|)
+            torch.testing.assert_close(together[row, padding[row]:], alone, rtol=1e-4, atol=1e-4)
+
+
+def solo_logits(model, prompt: list[int], following: torch.Tensor) -> torch.Tensor:
+    """One prompt alone through a cache, then ``following`` (steps,) one token a call: (N + steps, |V|).
+
+    The same calls as the batch's, so dynamic RoPE (whose frequencies follow each call's end) agrees too."""
+    cache = KVCache.for_model(model, batch_size=1, max_length=len(prompt) + len(following))
+    logits = [model(torch.tensor([prompt]), cache=cache)]
+    for t, token in enumerate(following.tolist()):
+        logits.append(model(torch.tensor([[token]]), start=len(prompt) + t, cache=cache))
+    return torch.cat(logits, dim=1)[0]  # (N + steps, |V|)
+
+
+def test_an_unpadded_cache_has_no_mask(models):
+    model = models["rope"]
+    cache = KVCache.for_model(model, batch_size=2, max_length=4, padding=torch.zeros(2, dtype=torch.long))
+    assert cache.padding is None and cache.layers[0].key_mask(0, 4) is None and cache.positions(3) == 3
+
+
+def test_a_padding_query_sees_itself_only_and_real_queries_skip_padding():
+    cache = KVCache(n_layers=1, batch_size=2, n_kv_heads=1, head_dim=2, max_length=4, padding=torch.tensor([2, 0]))
+    mask = cache.layers[0].key_mask(0, 4)[:, 0]  # (B, N_q, N_k)
+    assert mask[0].tolist() == [[True, False, True, True], [False, True, True, True],
+                                [False, False, True, True], [False, False, True, True]]
+    assert mask[1].all()
+    assert cache.positions(3).tolist() == [[1], [3]]
