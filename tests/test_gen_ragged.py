@@ -7,14 +7,18 @@ fallback (an encoder whose hooks take int starts only) included, with a sliding 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from attrs import frozen
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tomli_w import dumps
 
 import blockspec
+from blockspec.generation.processors import TokenCounts
+from blockspec.generation.tokens import generate
 from blockspec.modules.kv_cache import KVCache
 from blockspec.plugin import PositionalEncoding
 
@@ -174,3 +178,80 @@ def test_a_padding_query_sees_itself_only_and_real_queries_skip_padding():
                                 [False, False, True, True], [False, False, True, True]]
     assert mask[1].all()
     assert cache.positions(3).tolist() == [[1], [3]]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_0d_tensor_start_is_the_int_start(models, kind):
+    """A compiled decode step passes its position as a 0-d tensor (no recompiling per position): same logits."""
+    model = models.get(kind) or pytest.skip(f"{kind}: component not installed")
+    ids = torch.randint(VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        by_int, by_tensor = (KVCache.for_model(model, batch_size=2, max_length=9) for _ in range(2))
+        model(ids[:, :7], cache=by_int), model(ids[:, :7], cache=by_tensor)
+        for start in (7, 8):
+            expected = model(ids[:, start:start + 1], start=start, cache=by_int)
+            found = model(ids[:, start:start + 1], start=torch.tensor(start), cache=by_tensor)
+            torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5)
+
+
+# -- generation ---------------------------------------------------------------------------------------
+
+SAMPLING = [dict(temperature=0.0), dict(temperature=8.0, top_k=8, seed=11),
+            dict(temperature=6.0, top_p=0.95, repetition_penalty=1.3, seed=5)]
+
+
+def solo_tokens(model, prompts: list[list[int]], new_tokens: int, **sampling) -> list[list[int]]:
+    """Each prompt generated alone; under a seed, row r with seed + r (as the batch's row r draws)."""
+    found = []
+    for row, prompt in enumerate(prompts):
+        seeded = {**sampling, "seed": sampling["seed"] + row} if "seed" in sampling else sampling
+        found.append(generate(model, torch.tensor([prompt]), max_new_tokens=new_tokens, **seeded)[0].tolist())
+    return found
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@settings(max_examples=4)
+@given(prompts=prompt_lists, sampling=st.sampled_from(SAMPLING), new_tokens=st.integers(1, 5))
+@example(prompts=[[1, 2], [3, 4, 5, 6], [7]], sampling=SAMPLING[1], new_tokens=4)
+def test_each_row_of_a_ragged_batch_is_its_prompt_alone(models, kind, prompts, sampling, new_tokens):
+    model = models.get(kind) or pytest.skip(f"{kind}: component not installed")
+    together = generate(model, prompts, max_new_tokens=new_tokens, **sampling)
+    assert [row.tolist() for row in together] == solo_tokens(model, prompts, new_tokens, **sampling)
+
+
+@pytest.mark.parametrize("case", ["uncached", "sliding"])
+@settings(max_examples=4)
+@given(prompts=prompt_lists, sampling=st.sampled_from(SAMPLING))
+@example(prompts=[[1, 2], [3, 4, 5], [6, 7, 8], [9]], sampling=SAMPLING[1])
+def test_where_no_cache_serves_runs_of_equal_length_give_the_same_tokens(models, case, prompts, sampling):
+    """use_cache=False, or learned positions the longest row slides past (context 24): grouped, same tokens."""
+    new_tokens = 3 if case == "uncached" else 20
+    options = dict(use_cache=case == "sliding", **sampling)
+    together = generate(models["learned"], prompts, max_new_tokens=new_tokens, **options)
+    assert [row.tolist() for row in together] == solo_tokens(models["learned"], prompts, new_tokens, **options)
+
+
+def test_a_ragged_stream_stops_each_row_as_alone(models):
+    model, prompts = models["rope"], [[3, 1, 4, 1, 5], [9], [2, 6]]
+    alone = solo_tokens(model, prompts, 8, temperature=0.0)
+    stop = alone[1][2]  # the second row's first new token stops it at once
+    together = generate(model, prompts, max_new_tokens=8, temperature=0.0, stop_ids=[stop])
+    for row, prompt in zip(together, prompts):
+        new = row[len(prompt):].tolist()
+        solo = generate(model, torch.tensor([prompt]), max_new_tokens=8, temperature=0.0, stop_ids=[stop])[0]
+        assert new[:len(solo) - len(prompt)] == solo[len(prompt):].tolist()
+        assert set(new[len(solo) - len(prompt):]) <= {stop}  # finished rows repeat the stop id
+
+
+@pytest.mark.parametrize("bad, found", [([], "[]"), ([[1, 2], []], "no tokens"), ([[1, 2.5]], "[1, 2.5]"),
+                                        ([torch.zeros(2, 2, dtype=torch.long)], "shape (2, 2)")])
+def test_bad_prompt_lists_are_one_line_input_errors(models, bad, found):
+    with pytest.raises(blockspec.errors.InputError, match=re.escape(found)) as caught:
+        generate(models["rope"], bad, max_new_tokens=2)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_penalties_do_not_count_padding_as_prompt():
+    ids, padding = left_padded([[3, 4], [5, 6, 7]])  # row 0 is padded with id 0, which it never saw
+    seen = TokenCounts.start(ids, 8, padding=padding).seen()
+    assert seen[0].nonzero().flatten().tolist() == [3, 4] and seen[1].nonzero().flatten().tolist() == [5, 6, 7]

@@ -16,6 +16,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_generation_arguments
+from blockspec.generation.ragged import Prompts, interleaved, pack, runs
 from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
                                              repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
 from blockspec.generation.stopping import StopConditions
@@ -23,7 +24,7 @@ from blockspec.generation.stopping import StopConditions
 
 def generate(
     model: Transformer,
-    ids: torch.Tensor,
+    ids: torch.Tensor | Prompts,
     *,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -42,8 +43,11 @@ def generate(
     stop_ids: Sequence[int] = (),
     stop_strings: Sequence[str] = (),
     decode: Callable[[list[int]], str] | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | list[torch.Tensor]:
     """ids (B, N) -> (B, N + T): the prompt followed by T <= max_new_tokens sampled tokens.
+
+    A list of prompts of any lengths (each a list or 1-D tensor of ids) -> a list of (N_r + T,), one per
+    prompt: a ragged batch (``generate_stream``), each row as that prompt alone would give.
 
     ``generate_stream``'s steps joined: the run ends early when every row has met a stop (an id in
     ``stop_ids``, or a text in ``stop_strings``, matched on ``decode`` of the row's new tokens; see
@@ -77,12 +81,15 @@ def generate(
                             top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                             frequency_penalty=frequency_penalty, seed=seed, use_cache=use_cache, overflow=overflow, vocab_limit=vocab_limit, source=source,
                             memory_check=memory_check, stop_ids=stop_ids, stop_strings=stop_strings, decode=decode)
+    if not isinstance(ids, torch.Tensor):
+        new = torch.stack(list(steps), dim=1)  # T x (B,) -> (B, T)
+        return [torch.cat((torch.as_tensor(prompt, device=new.device), row)) for prompt, row in zip(ids, new)]
     return torch.cat((ids, *(token[:, None] for token in steps)), dim=1)  # (B, N) + T x (B, 1) -> (B, N + T)
 
 
 def generate_stream(
     model: Transformer,
-    ids: torch.Tensor,
+    ids: torch.Tensor | Prompts,
     *,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -106,7 +113,15 @@ def generate_stream(
 
     Between steps the model stays in eval mode (restored when the stream ends or is closed); inference mode
     holds only while a step runs.
+
+    Ragged batches: ``ids`` may be a list of prompts of different lengths. They are left-padded into one
+    batch whose KV cache carries each row's padding (``generation.ragged``); each row's tokens are those
+    of that prompt alone, and under a ``seed`` row r draws from its own generator seeded seed + r (row 0
+    as a solo run with ``seed``). Where the cache cannot serve (``use_cache=False``, or a learned table the
+    longest row would slide past) runs of consecutive prompts of one length are decoded as batches of their
+    own, their steps interleaved: the same tokens, slower.
     """
+    ids, padding = (ids, None) if isinstance(ids, torch.Tensor) else pack(ids, device=_device_of(model))
     check_request(model, ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                   min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                   frequency_penalty=frequency_penalty, overflow=overflow, seed=seed, vocab_limit=vocab_limit)
@@ -115,12 +130,21 @@ def generate_stream(
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
     batch, n_prompt = ids.shape
     cached = use_cache and (window is None or n_prompt <= window)
+    if padding is not None and not (use_cache and (window is None or n_prompt + max_new_tokens <= window)):
+        options = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       min_p=min_p, repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                       frequency_penalty=frequency_penalty, use_cache=use_cache, overflow=overflow,
+                       vocab_limit=vocab_limit, source=source, memory_check=memory_check, stop_ids=stop_ids,
+                       stop_strings=stop_strings, decode=decode)
+        return interleaved([(rows, generate_stream(model, ids[rows.start:rows.stop, int(padding[rows.start]):],
+                                                   seed=None if seed is None else seed + rows.start, **options))
+                            for rows in runs(padding)], batch, stop_ids[0] if stop_ids else None)
     length = n_prompt + max_new_tokens if window is None else min(n_prompt + max_new_tokens, window)
     if memory_check:  # first: the estimate reads no weight
         _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
     check_finite_weights(model, source=source)
-    cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
-    generator = None if seed is None else torch.Generator(ids.device).manual_seed(seed)
+    cache = KVCache.for_model(model, batch_size=batch, max_length=length, padding=padding) if cached else None
+    generator = None if seed is None else [torch.Generator(ids.device).manual_seed(seed + r) for r in range(batch)]
     settings = _Settings(filters=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                                       frequency_penalty=frequency_penalty),
@@ -134,7 +158,7 @@ class _Settings:
 
     filters: dict[str, float | int | None]  # ``sample``'s keywords: temperature, top-k, top-p, min-p, penalties
     vocab_limit: int | None
-    generator: torch.Generator | None
+    generator: Sequence[torch.Generator] | None  # one per row
     window: int | None
     source: str
 
@@ -146,7 +170,8 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
     generator, window = settings.generator, settings.window
     tokens, step_input, start = ids, _cropped(ids, window), 0
     last_only = _positionwise_head(model)
-    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings)  # what the penalties read
+    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings,  # what the penalties read
+                               padding=None if cache is None else cache.padding)
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
@@ -186,14 +211,16 @@ def _cropped(tokens: torch.Tensor, window: int | None) -> torch.Tensor:
 def sample(
     logits: torch.Tensor, *, temperature: float, top_k: int | None = None, top_p: float | None = None,
     min_p: float | None = None, repetition_penalty: float | None = None, presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0, counts: TokenCounts | None = None, generator: torch.Generator | None = None
+    frequency_penalty: float = 0.0, counts: TokenCounts | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None
 ) -> torch.Tensor:
     """logits (B, |V|) -> token ids (B, 1); temperature 0 takes the most likely token after the penalties.
 
     The penalties read ``counts`` (``TokenCounts``), which this call updates with the drawn tokens, so
     a caller keeps one for the whole generation; without penalties it may be None. The order of the
     processors is Hugging Face's (``generation.processors``); with every setting off the result is
-    what plain temperature and top-k sampling gives.
+    what plain temperature and top-k sampling gives. ``generator``: one for the batch, or one per row (so a
+    row's draws do not depend on the rows beside it).
     """
     logits = _penalized(logits, counts, repetition_penalty, presence_penalty, frequency_penalty)
     token = logits.argmax(dim=-1, keepdim=True) if temperature == 0 else _drawn(
@@ -220,7 +247,7 @@ def _penalized(logits: torch.Tensor, counts: TokenCounts | None, repetition: flo
 
 
 def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None,
-           generator: torch.Generator | None) -> torch.Tensor:
+           generator: torch.Generator | Sequence[torch.Generator] | None) -> torch.Tensor:
     """One draw per row from float logits (B, |V|) after the filters; top-k first, as it commutes with temperature."""
     if top_k is not None:
         logits = top_k_filtered(logits, top_k)
@@ -229,7 +256,15 @@ def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p
         logits = top_p_filtered(logits, top_p)
     if min_p is not None and min_p > 0:
         logits = min_p_filtered(logits, min_p)
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
+    probs = logits.softmax(dim=-1)
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+    return torch.cat([torch.multinomial(probs[r:r + 1], 1, generator=g) for r, g in enumerate(generator)])  # (B, 1)
+
+
+def _device_of(model: Transformer) -> torch.device:
+    """Where a ragged batch's packed ids go: the model's device."""
+    return next(model.parameters()).device
 
 
 def check_request(model: Transformer, ids: torch.Tensor, *, max_new_tokens: int, temperature: float = 1.0,
