@@ -123,7 +123,9 @@ class CausalSelfAttention(nn.Module):
         bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
         if tapping():
             self.tap_weights(q, k, bias, keys)
-        y = tap(self, "heads", self.attend(q, k, v, bias, keys))  # (B, h, N, hs)
+        # keys only when there are some to hide: a subclass's attend(q, k, v, bias) keeps serving unpadded batches
+        y = self.attend(q, k, v, bias) if keys is None else self.attend(q, k, v, bias, keys)  # (B, h, N, hs)
+        y = tap(self, "heads", y)
         batch, n_tokens = x.shape[:2]
         y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
         return tap(self, "out", self.proj(y))
@@ -188,12 +190,12 @@ class CausalSelfAttention(nn.Module):
                                                   scale=scale)
         if plain and n_q == 1:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa, scale=scale)
-        mask = self.mask(n_q, n_k, q, keys)
+        mask = self.full_mask(n_q, n_k, q, keys)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
 
-    def mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
         """The additive mask (n_q, n_k), or (B, 1, n_q, n_k) with the cache's ``keys``: causal, windowed, and
         no padding key seen."""
         mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
@@ -207,7 +209,7 @@ class CausalSelfAttention(nn.Module):
             tap(self, "score_bias", batched_bias(bias, q.shape[0]))
         if self.logit_softcap is not None:
             tap(self, "scores", self.scores(q, k, bias))
-        tap(self, "weights", self.weights(q, k, bias, keys))
+        tap(self, "weights", self.weights(q, k, bias) if keys is None else self.weights(q, k, bias, keys))
 
     def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
         """(B, kv, N, hs) -> (B, h, N, hs): each kv head serves n_heads / n_kv_heads query heads."""
@@ -232,7 +234,7 @@ class CausalSelfAttention(nn.Module):
                 keys: torch.Tensor | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
         scores = self.scores(q, k, bias)
-        return (scores + self.mask(q.shape[-2], k.shape[-2], q, keys)).softmax(dim=-1)
+        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys)).softmax(dim=-1)
 
 
 def _across_heads(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

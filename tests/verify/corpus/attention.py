@@ -36,17 +36,23 @@ class HandMasked(CausalSelfAttention):
     def mask(self, n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         return causal_mask(n_q, n_k, device, dtype, window=self.sliding_window)  # (n_q, n_k)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def padded(self, mask: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+        """The mask (n_q, n_k) with a ragged batch's padding keys hidden: (B, 1, n_q, n_k)."""
+        return mask if keys is None else mask.masked_fill(~keys, float("-inf"))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0
         if self.logit_softcap is not None:
-            return F.dropout(self.weights(q, k, bias), p=dropout) @ self._repeat_kv(v)  # (B, h, N_q, hs)
-        mask = self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+            return F.dropout(self.weights(q, k, bias, keys), p=dropout) @ self._repeat_kv(v)  # (B, h, N_q, hs)
+        mask = self.padded(self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype), keys)
         mask = mask if bias is None else bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.query_scale,
                                               enable_gqa=self.n_kv_heads != self.n_heads)
 
-    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        scores = self.scores(q, k, bias) + self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None) -> torch.Tensor:
+        scores = self.scores(q, k, bias) + self.padded(self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype), keys)
         return scores.softmax(dim=-1)  # (B, h, N_q, N_k)
 
 
