@@ -255,3 +255,11 @@ def test_the_penalties_do_not_count_padding_as_prompt():
     ids, padding = left_padded([[3, 4], [5, 6, 7]])  # row 0 is padded with id 0, which it never saw
     seen = TokenCounts.start(ids, 8, padding=padding).seen()
     assert seen[0].nonzero().flatten().tolist() == [3, 4] and seen[1].nonzero().flatten().tolist() == [5, 6, 7]
+
+
+def test_the_largest_seed_still_seeds_every_row(models):
+    """Row r draws with seed + r, wrapped past 2**64 - 1: the largest seed a solo run takes serves a batch too."""
+    ids = torch.tensor([[1, 2], [3, 4]])
+    together = generate(models["rope"], ids, max_new_tokens=3, temperature=8.0, seed=2**64 - 1)
+    alone = generate(models["rope"], ids[1:], max_new_tokens=3, temperature=8.0, seed=0)
+    assert together[1].tolist() == alone[0].tolist()
