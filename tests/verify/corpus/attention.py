@@ -9,7 +9,7 @@ from blockspec.assembly import builtin
 from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.modules.attention import CausalSelfAttention, causal_mask
 from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding
-from tests.verify.corpus import CACHE_ATTENTION, RELATIVE_ATTENTION, Corpus, declared
+from tests.verify.corpus import CACHE_ATTENTION, CACHE_PADDING, RELATIVE_ATTENTION, Corpus, declared
 
 CORPUS = Corpus()
 CAUSAL = declared(builtin, "attention", "causal")
@@ -107,6 +107,11 @@ class CacheDropsMask(CausalSelfAttention):
         return self.proj(y.transpose(1, 2).reshape(*x.shape[:2], -1))  # (B, h, N, hs) -> (B, N, h·hs)
 
 
+class PaddingKeysSeen(HandMasked):
+    def padded(self, mask: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+        return mask  # BUG: the cache's key mask ignored, a ragged batch's padding keys attended to
+
+
 class CapAfterMask(CausalSelfAttention):
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype, window=self.sliding_window)
@@ -144,6 +149,8 @@ CORPUS.mutant("attention", "rotate_from_zero", CausalAttentionConfig, attention_
               catches=CACHE_ATTENTION, bug="start is not passed to rotate(): a cached chunk is rotated from position 0")
 CORPUS.mutant("attention", "cache_drops_mask", CausalAttentionConfig, attention_as(CacheDropsMask), like=CAUSAL,
               catches=CACHE_ATTENTION, bug="no causal mask whenever a cache is passed, right only for one token at a time")
+CORPUS.mutant("attention", "padding_keys_seen", CausalAttentionConfig, attention_as(PaddingKeysSeen), like=CAUSAL,
+              catches=CACHE_PADDING, bug="a ragged batch's padding keys attended to: the cache's key_mask ignored")
 CORPUS.mutant("attention", "cap_after_mask", CausalAttentionConfig, attention_as(CapAfterMask), like=CAUSAL,
               catches="causal", bug="logit_softcap applied after the mask: masked scores become -cap, not -inf")
 CORPUS.mutant("attention", "qk_norm_no_sqrt", CausalAttentionConfig, attention_as(QKNormNoSqrt), like=CAUSAL,
