@@ -113,7 +113,7 @@ def _no_work(*args, **kwargs):
     (torch.tensor([[True, False]]), "torch.bool"),
     (torch.tensor([1, 2]), "shape (2,)"),
     (torch.zeros((1, 0), dtype=torch.long), "shape (1, 0)"),
-    ([[1, 2]], "list"),
+    ("12", "'12'"),  # a list of prompts is a ragged batch (tests/test_gen_ragged.py); a string is no prompt
 ])
 def test_prompt_ids_that_are_not_a_2d_integer_tensor_are_an_input_error(model, ids, found):
     with pytest.raises(InputError) as caught:

@@ -57,12 +57,18 @@ What is here:
   rotated keys). ``score_bias(n_q, n_k, start)``: queries at start..start+n_q-1, keys ending where
   they end (start+n_q-n_k..start+n_q-1; n_k = n_q without a cache, start + n_q with one), equal to
   that slice of ``score_bias(T, T, 0)``, T = start + n_q.
+  ``start`` is an int, or (ragged batches, compiled steps) a long tensor: 0-d (every row) or (B, 1) (each
+  row's first position; left padding's negative positions read as 0, ``positions(start, N)``). An encoder
+  whose hooks take tensor starts, vectorised, sets ``tensor_positions = True``; otherwise the core calls them
+  row by row with ints. Callers go through ``embed_at``, ``rotate_at`` and ``score_bias_at``, which dispatch.
 - ``KVCache`` and ``LayerCache``: an attention component's ``forward`` receives one layer's
   ``LayerCache`` during decoding. In order: project q, k, v (k, v as (B, [model] kv_heads, N,
   [model] head_dim)); ``positional.rotate`` if it rotates; ``k, v = cache.update(k, v, start)`` (all
   keys and values so far: use these, not the cache's buffers); ``positional.score_bias(N,
   k.shape[-2], start)`` if it biases; a causal mask aligned bottom-right (query i sees keys
-  j <= i + n_k - n_q), which a cached call of more than one token needs too.
+  j <= i + n_k - n_q), which a cached call of more than one token needs too. A ragged (left-padded)
+  batch: rotate and bias at ``cache.positions(start)`` (through ``rotate_at``/``score_bias_at``), and hide
+  what ``cache.key_mask(start, N)`` (B, 1, N, n_k) bool marks False (None: nothing to hide).
   docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
 - Initialisation: the spec's ``[init]`` draws only the parameters a module declares in
   ``init_roles``, a mapping from a parameter's dotted name below the module to its role; every
@@ -101,7 +107,7 @@ Conventions the core relies on (by attribute, on any module of a built model):
   as active. blockspec-moe's ``ffn:moe`` implements it.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
+``Start``, ``positions``, ``embed_at``, ``rotate_at``, ``score_bias_at``, ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
 ``CausalSelfAttention``, ``causal_mask``, ``declare_init``, ``InitRole``) load on first use, so a
 plugin that touches them only inside ``build`` (or in a module ``build`` imports) keeps
 ``blockspec list`` fast.
@@ -126,7 +132,8 @@ if TYPE_CHECKING:
     from blockspec.modules.feed_forward import FeedForward
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
-    from blockspec.modules.positional import PositionalEncoding
+    from blockspec.modules.positional import (PositionalEncoding, Start, embed_at, positions, rotate_at,
+                                              score_bias_at)
     from blockspec.modules.taps import tap, tapping
 
 _TORCH_NAMES = {  # name -> the internal module that defines it; imported on first use
@@ -135,6 +142,11 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "causal_mask": "blockspec.modules.attention",
     "FeedForward": "blockspec.modules.feed_forward",
     "PositionalEncoding": "blockspec.modules.positional",
+    "Start": "blockspec.modules.positional",
+    "positions": "blockspec.modules.positional",
+    "embed_at": "blockspec.modules.positional",
+    "rotate_at": "blockspec.modules.positional",
+    "score_bias_at": "blockspec.modules.positional",
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
     "tap": "blockspec.modules.taps",
@@ -178,15 +190,20 @@ __all__ = [
     "PostNormBlock",
     "PreNormBlock",
     "Register",
+    "Start",
     "at_least",
     "attend",
     "causal_mask",
     "declare_init",
+    "embed_at",
     "greater_than",
     "hookimpl",
     "in_range",
     "one_of",
+    "positions",
     "positive",
+    "rotate_at",
+    "score_bias_at",
     "tap",
     "tapping",
 ]

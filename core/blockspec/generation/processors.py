@@ -26,10 +26,13 @@ class TokenCounts:
     generated: torch.Tensor  # (B, |V|) long: how often each id was drawn
 
     @classmethod
-    def start(cls, prompt: torch.Tensor, width: int) -> TokenCounts:
-        """Counts for prompt ids (B, N) over the first ``width`` ids (those a step's logits cover)."""
+    def start(cls, prompt: torch.Tensor, width: int, padding: torch.Tensor | None = None) -> TokenCounts:
+        """Counts for prompt ids (B, N) over the first ``width`` ids (those a step's logits cover); a ragged
+        batch's ``padding`` (B,) left pad ids are no prompt's."""
         in_prompt = torch.zeros((prompt.shape[0], width), dtype=torch.bool, device=prompt.device)  # (B, |V|)
         sampleable = prompt < width  # an id past the logits is never drawn, so never penalized
+        if padding is not None:
+            sampleable &= torch.arange(prompt.shape[1], device=prompt.device) >= padding[:, None]  # (B, N)
         in_prompt.scatter_(1, torch.where(sampleable, prompt, 0), sampleable)
         return cls(in_prompt=in_prompt, generated=torch.zeros(in_prompt.shape, dtype=torch.long, device=prompt.device))
 

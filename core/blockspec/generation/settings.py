@@ -75,7 +75,12 @@ class GenerationSettings:
         """The seed of each row of a batch of ``n_prompts`` prompts, each repeated ``num_samples`` times."""
         if self.seed is None:
             return None
-        return [self.seed + sample for _ in range(n_prompts) for sample in range(self.num_samples)]
+        return [_wrapped(self.seed + sample) for _ in range(n_prompts) for sample in range(self.num_samples)]
+
+
+def _wrapped(seed: int) -> int:
+    """A seed past the largest torch takes (2**64 - 1) wraps to 0.., so seed + i is always one."""
+    return seed - 2**64 if seed >= 2**64 else seed
 
 
 def settings_with(settings: GenerationSettings | None, overrides: dict[str, object]) -> GenerationSettings:

@@ -16,17 +16,20 @@ from blockspec.modules.transformer import Transformer
 from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_vocab_limit
+from blockspec.generation.ragged import Prompts, interleaved, pack, runs
 from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
                                              repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
 from blockspec.generation.settings import GenerationSettings, settings_with
 from blockspec.generation.stopping import StopConditions
 
 
-def generate(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
+def generate(model: Transformer, ids: torch.Tensor | Prompts, settings: GenerationSettings | None = None, *,
              vocab_limit: int | None = None, source: str = "the model", memory_check: bool = True,
-             decode: Callable[[list[int]], str] | None = None, **overrides: Any) -> torch.Tensor:
+             decode: Callable[[list[int]], str] | None = None, **overrides: Any) -> torch.Tensor | list[torch.Tensor]:
     """ids (B, N) -> (B·S, N + T): each prompt, repeated for its S = ``num_samples`` samples, then T <=
-    max_new_tokens sampled tokens.
+    max_new_tokens sampled tokens. A list of prompts of any lengths (each a list or 1-D tensor of ids) -> a
+    list of (N_r + T,), prompt by prompt and each prompt's samples in turn: one ragged batch
+    (``generate_stream``), each row as that prompt alone would give.
 
     ``settings`` (a ``GenerationSettings``; default: the defaults), with any of its fields given as keywords
     instead (``max_new_tokens=8, temperature=0``). ``generate_stream``'s steps joined: the run ends early when
@@ -51,47 +54,82 @@ def generate(model: Transformer, ids: torch.Tensor, settings: GenerationSettings
     cannot hold (``blockspec.assembly.memory``); False tries anyway.
     """
     settings = settings_with(settings, overrides)
-    steps = generate_stream(model, ids, settings, vocab_limit=vocab_limit, source=source, memory_check=memory_check,
-                            decode=decode)
-    return torch.cat((_rows(ids, settings), *(token[:, None] for token in steps)), dim=1)  # (B·S, N) + T x (B·S, 1) -> (B·S, N + T)
+    steps = list(generate_stream(model, ids, settings, vocab_limit=vocab_limit, source=source,
+                                 memory_check=memory_check, decode=decode))
+    if isinstance(ids, torch.Tensor):
+        return torch.cat((_rows(ids, settings), *(token[:, None] for token in steps)), dim=1)  # (B·S, N + T)
+    prompts = [torch.as_tensor(prompt, dtype=torch.long) for prompt in ids for _ in range(settings.num_samples)]
+    new = torch.stack(steps, dim=1) if steps else torch.zeros((len(prompts), 0), dtype=torch.long)  # (B·S, T)
+    return [torch.cat((prompt.to(new.device), row)) for prompt, row in zip(prompts, new)]  # each (N_r + T,)
 
 
-def generate_stream(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,
+def generate_stream(model: Transformer, ids: torch.Tensor | Prompts, settings: GenerationSettings | None = None, *,
                     vocab_limit: int | None = None, source: str = "the model", memory_check: bool = True,
                     decode: Callable[[list[int]], str] | None = None, **overrides: Any) -> Iterator[torch.Tensor]:
     """``generate``'s steps, each the new tokens (B·S,) as sampled; the same arguments, checked before it returns.
 
     Between steps the model stays in eval mode (restored when the stream ends or is closed); inference mode
     holds only while a step runs.
+
+    Ragged batches: ``ids`` may be a list of prompts of different lengths. They are left-padded into one
+    batch whose KV cache carries each row's padding (``generation.ragged``); each row's tokens are those of
+    that prompt alone: row r draws from its own generator (``GenerationSettings.row_seeds``), so sample i of
+    any prompt is its solo run with seed + i. Where the cache cannot serve (``use_cache=False``, or a learned
+    table the longest row would slide past) runs of consecutive prompts of one length are decoded as batches
+    of their own, their steps interleaved: the same tokens, slower.
     """
     settings = settings_with(settings, overrides)
+    ids, padding = (ids, None) if isinstance(ids, torch.Tensor) else pack(ids, device=_device_of(model))
     check_request(model, ids, settings, vocab_limit=vocab_limit)
-    ids = _rows(ids, settings)
-    stops = StopConditions(ids.shape[0], stop_ids=settings.stop_ids, stop_strings=settings.stop, decode=decode,
-                           device=ids.device)
+    context = _Context(vocab_limit=vocab_limit, source=source, memory_check=memory_check, decode=decode)
+    seeds = settings.row_seeds(ids.shape[0])
+    return _stream(model, _rows(ids, settings), _rows(padding, settings), seeds, settings, context)
+
+
+@define(kw_only=True)
+class _Context:
+    """What a request says beside its settings: the ids sampling may draw, the source's name, the checks."""
+
+    vocab_limit: int | None
+    source: str
+    memory_check: bool
+    decode: Callable[[list[int]], str] | None
+
+
+def _stream(model: Transformer, ids: torch.Tensor, padding: torch.Tensor | None, seeds: list[int] | None,
+            settings: GenerationSettings, context: _Context) -> Iterator[torch.Tensor]:
+    """Rows (B, N) (left-padded by ``padding`` (B,), or None), each drawing with its seed, decoded step by step."""
     window = model.positional.max_positions  # None: unbounded, the whole sequence is always the input
     batch, n_prompt = ids.shape
     max_new_tokens = settings.max_new_tokens
+    if padding is not None and not (settings.use_cache and (window is None or n_prompt + max_new_tokens <= window)):
+        return _grouped(model, ids, padding, seeds, settings, context)
+    stops = StopConditions(batch, stop_ids=settings.stop_ids, stop_strings=settings.stop, decode=context.decode,
+                           device=ids.device)
     cached = settings.use_cache and (window is None or n_prompt <= window)
     length = n_prompt + max_new_tokens if window is None else min(n_prompt + max_new_tokens, window)
-    if memory_check:  # first: the estimate reads no weight
+    if context.memory_check:  # first: the estimate reads no weight
         _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
-    check_finite_weights(model, source=source)
-    cache = KVCache.for_model(model, batch_size=batch, max_length=length) if cached else None
-    run = _Settings(filters=settings.filters, vocab_limit=vocab_limit, generator=_row_generators(settings, ids),
-                    window=window, source=source)
+    check_finite_weights(model, source=context.source)
+    cache = KVCache.for_model(model, batch_size=batch, max_length=length, padding=padding) if cached else None
+    generators = None if seeds is None else [torch.Generator(ids.device).manual_seed(seed) for seed in seeds]
+    run = _Settings(filters=settings.filters, vocab_limit=context.vocab_limit, generator=generators, window=window,
+                    source=context.source)
     return _steps(model, ids, cache, stops, run, max_new_tokens)
 
 
-def _row_generators(settings: GenerationSettings, rows: torch.Tensor) -> list[torch.Generator] | None:
-    """One generator per row, seeded ``settings.row_seeds``: a row draws as it would alone (row 0 as a solo run)."""
-    seeds = settings.row_seeds(rows.shape[0] // settings.num_samples)
-    return None if seeds is None else [torch.Generator(rows.device).manual_seed(seed) for seed in seeds]
+def _grouped(model: Transformer, ids: torch.Tensor, padding: torch.Tensor, seeds: list[int] | None,
+             settings: GenerationSettings, context: _Context) -> Iterator[torch.Tensor]:
+    """A ragged batch no cache can serve: each run of consecutive equal-length rows as a batch of its own."""
+    streams = [(rows, _stream(model, ids[rows.start:rows.stop, int(padding[rows.start]):], None,
+                              None if seeds is None else seeds[rows.start:rows.stop], settings, context))
+               for rows in runs(padding)]
+    return interleaved(streams, ids.shape[0], settings.stop_ids[0] if settings.stop_ids else None)
 
 
-def _rows(ids: torch.Tensor, settings: GenerationSettings) -> torch.Tensor:
-    """(B, N) -> (B·S, N): each prompt once per sample, its samples side by side."""
-    if settings.num_samples == 1:
+def _rows(ids: torch.Tensor | None, settings: GenerationSettings) -> torch.Tensor | None:
+    """(B, ...) -> (B·S, ...): each prompt's row (or padding) once per sample, its samples side by side."""
+    if ids is None or settings.num_samples == 1:
         return ids
     return ids.repeat_interleave(settings.num_samples, dim=0)  # (B, N) -> (B·S, N)
 
@@ -114,7 +152,8 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
     generator, window = settings.generator, settings.window
     tokens, step_input, start = ids, _cropped(ids, window), 0
     last_only = _positionwise_head(model)
-    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings)  # what the penalties read
+    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings,  # what the penalties read
+                               padding=None if cache is None else cache.padding)
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
@@ -211,6 +250,11 @@ def filtered_probabilities(logits: torch.Tensor, *, temperature: float, top_k: i
     if min_p is not None and min_p > 0:
         logits = min_p_filtered(logits, min_p)
     return logits.softmax(dim=-1)
+
+
+def _device_of(model: Transformer) -> torch.device:
+    """Where a ragged batch's packed ids go: the model's device."""
+    return next(model.parameters()).device
 
 
 def check_request(model: Transformer, ids: torch.Tensor, settings: GenerationSettings | None = None, *,

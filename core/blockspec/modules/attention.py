@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blockspec.modules.kv_cache import LayerCache
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.modules.positional import PositionalEncoding, Start, rotate_at, score_bias_at
 from blockspec.modules.taps import tap, tapping
 
 
@@ -110,20 +110,28 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
     ) -> torch.Tensor:
-        """x (B, N, d) at positions start..; with a cache, attends to the stored prefix too."""
-        q, k, v = self.project(x, positional, start)
+        """x (B, N, d) at positions start..; with a cache, attends to the stored prefix too.
+
+        With a cache of a ragged batch ``start`` is the shared slot: the cache gives each row's positions
+        and the padding keys to hide (``LayerCache.positions``, ``key_mask``)."""
+        at = start if cache is None else cache.positions(start)
+        q, k, v = self.project(x, positional, at)
+        keys = None
         if cache is not None:
+            keys = cache.key_mask(start, q.shape[-2])  # None: every stored key is a real one
             k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each
-        bias = positional.score_bias(q.shape[-2], k.shape[-2], start) if positional.biases else None
+        bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
         if tapping():
-            self.tap_weights(q, k, bias)
-        y = tap(self, "heads", self.attend(q, k, v, bias))  # (B, h, N, hs)
+            self.tap_weights(q, k, bias, keys)
+        # keys only when there are some to hide: a subclass's attend(q, k, v, bias) keeps serving unpadded batches
+        y = self.attend(q, k, v, bias) if keys is None else self.attend(q, k, v, bias, keys)  # (B, h, N, hs)
+        y = tap(self, "heads", y)
         batch, n_tokens = x.shape[:2]
         y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
         return tap(self, "out", self.proj(y))
 
     def project(
-        self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0
+        self, x: torch.Tensor, positional: PositionalEncoding, start: Start = 0
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, N, d) -> q (B, h, N, hs), k and v (B, kv, N, hs), rotated if the encoder rotates."""
         batch, n_tokens, _ = x.shape
@@ -136,7 +144,7 @@ class CausalSelfAttention(nn.Module):
             q, k = self.normalise_qk(q, k)
             q, k = tap(self, "q_norm", q), tap(self, "k_norm", k)
         if positional.rotates:
-            q, k = positional.rotate(q, k, start)
+            q, k = rotate_at(positional, q, k, start)
             q, k = tap(self, "q_rotated", q), tap(self, "k_rotated", k)
         return q, k, v
 
@@ -157,8 +165,11 @@ class CausalSelfAttention(nn.Module):
         """What q·kᵀ is multiplied by: query_scale, or 1/sqrt(head_dim)."""
         return self.head_dim**-0.5 if self.query_scale is None else self.query_scale
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None) -> torch.Tensor:
         """SDPA of q (B, h, N_q, hs) over k, v (B, kv, N_k, hs), the queries being the last N_q positions.
+
+        ``keys``: the cache's ``key_mask`` (B, 1, N_q, N_k) of a ragged batch, or None.
 
         SDPA's ``is_causal`` aligns the mask top-left, right only when N_q == N_k (no cache).
         One cached query sees every key: no mask. Otherwise, or with a score bias or a sliding
@@ -167,30 +178,38 @@ class CausalSelfAttention(nn.Module):
         """
         dropout = self.dropout if self.training else 0.0
         if self.logit_softcap is not None:
-            weights = F.dropout(self.weights(q, k, bias), p=dropout)  # (B, h, N_q, N_k)
+            weights = F.dropout(self.weights(q, k, bias, keys), p=dropout)  # (B, h, N_q, N_k)
             return weights @ self._repeat_kv(v)  # (B, h, N_q, hs)
         gqa = self.n_kv_heads != self.n_heads
         n_q, n_k = q.shape[-2], k.shape[-2]
         windowed = self.sliding_window is not None and n_k > self.sliding_window
         scale = self.query_scale  # None: SDPA's own 1/sqrt(hs)
-        if bias is None and not windowed and n_q == n_k:
+        plain = bias is None and not windowed and keys is None
+        if plain and n_q == n_k:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa,
                                                   scale=scale)
-        if bias is None and not windowed and n_q == 1:
+        if plain and n_q == 1:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa, scale=scale)
-        mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
+        mask = self.full_mask(n_q, n_k, q, keys)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
 
-    def tap_weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+        """The additive mask (n_q, n_k), or (B, 1, n_q, n_k) with the cache's ``keys``: causal, windowed, and
+        no padding key seen."""
+        mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
+        return mask if keys is None else mask.masked_fill(~keys, float("-inf"))  # (B, 1, n_q, n_k)
+
+    def tap_weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
+                    keys: torch.Tensor | None = None) -> None:
         """While tapping: the score bias, batched, the capped scores, and the weights of the q and k this
         forward pass uses."""
         if bias is not None:
             tap(self, "score_bias", batched_bias(bias, q.shape[0]))
         if self.logit_softcap is not None:
             tap(self, "scores", self.scores(q, k, bias))
-        tap(self, "weights", self.weights(q, k, bias))
+        tap(self, "weights", self.weights(q, k, bias) if keys is None else self.weights(q, k, bias, keys))
 
     def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
         """(B, kv, N, hs) -> (B, h, N, hs): each kv head serves n_heads / n_kv_heads query heads."""
@@ -211,11 +230,11 @@ class CausalSelfAttention(nn.Module):
             scores = self.logit_softcap * torch.tanh(scores / self.logit_softcap)
         return scores
 
-    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
         scores = self.scores(q, k, bias)
-        scores = scores + causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype, window=self.sliding_window)
-        return scores.softmax(dim=-1)
+        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys)).softmax(dim=-1)
 
 
 def _across_heads(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

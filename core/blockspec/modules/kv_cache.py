@@ -14,15 +14,38 @@ import torch
 from blockspec.errors import ContextLengthError
 
 if TYPE_CHECKING:
+    from blockspec.modules.positional import Start
     from blockspec.modules.transformer import Transformer
 
 
 class LayerCache:
-    """One layer's keys and values, (B, kv, T_max, hs) each."""
+    """One layer's keys and values, (B, kv, T_max, hs) each, and each row's left padding (B,) or None.
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    A ragged batch is left-padded: row r's prompt starts at slot ``padding[r]``. The write slot
+    (``start``) is shared by all rows; row r's position at a slot is slot - padding[r]. An attention
+    reads both from here, so blocks that pass ``start`` and the cache through need not know.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, padding: torch.Tensor | None = None) -> None:
         self.keys = keys
         self.values = values
+        self.padding = padding
+
+    def positions(self, start: Start) -> Start:
+        """The encoder's start for a call at slot ``start``: ``start`` itself unpadded, else each row's
+        first position (B, 1), negative on padding."""
+        return row_positions(start, self.padding)
+
+    def key_mask(self, start: Start, n_queries: int) -> torch.Tensor | None:
+        """(B, 1, N_q, N_k) bool: which keys ``update`` returned each query may see beyond causality, or None
+        (all of them). Padding keys are hidden; a padding query sees itself, so no softmax row is empty."""
+        if self.padding is None:
+            return None
+        n_keys = start + n_queries  # the keys update returned: slots 0..start+N_q-1
+        keys = torch.arange(n_keys, device=self.padding.device)  # type: ignore[arg-type]
+        queries = start + torch.arange(n_queries, device=self.padding.device)  # (N_q,)
+        real = keys[None, None, :] >= self.padding[:, None, None]  # (B, 1, N_k)
+        return (real | (keys[None, :] == queries[:, None]))[:, None]  # (B, N_q, N_k) -> (B, 1, N_q, N_k)
 
     def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (B, kv, N, hs) at positions start..start+N-1; return all keys/values up to there."""
@@ -45,10 +68,14 @@ class KVCache:
         max_length: int,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
+        padding: torch.Tensor | None = None,
     ) -> None:
+        """``padding``: each row's left padding (B,) in a ragged batch (see ``LayerCache``); all zeros is None."""
         shape = (batch_size, n_kv_heads, max_length, head_dim)
+        self.padding = _padding(padding, batch_size, device)
         self.layers = [
-            LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+            LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+                       self.padding)
             for _ in range(n_layers)
         ]
         self.max_length = max_length
@@ -56,7 +83,7 @@ class KVCache:
 
     @classmethod
     def for_model(cls, model: Transformer, *, batch_size: int, max_length: int,
-                  device: torch.device | str | None = None) -> KVCache:
+                  device: torch.device | str | None = None, padding: torch.Tensor | None = None) -> KVCache:
         """A cache sized for ``model``'s attention layers, on its device (or ``device``: "meta" sizes one for
         nothing) and in its dtype."""
         if model.spec is None:  # a Transformer put together by hand: nothing says its attention's sizes
@@ -65,7 +92,12 @@ class KVCache:
         cfg = model.spec.model
         weight = next(model.parameters())
         return cls(n_layers=cfg.n_layers, batch_size=batch_size, n_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-                   max_length=max_length, device=weight.device if device is None else device, dtype=weight.dtype)
+                   max_length=max_length, device=weight.device if device is None else device, dtype=weight.dtype,
+                   padding=padding)
+
+    def positions(self, start: Start) -> Start:
+        """The encoder's start for a call at slot ``start`` (``LayerCache.positions``)."""
+        return row_positions(start, self.padding)
 
     def check_room(self, start: int, n_tokens: int) -> None:
         """Before a forward pass: positions start.. must continue (or rewind) the stored prefix and fit."""
@@ -76,3 +108,22 @@ class KVCache:
                 f"positions up to {start + n_tokens - 1} requested, but this KV cache holds "
                 f"{self.max_length} positions; make a larger cache (max_length)"
             )
+
+
+def _padding(padding: torch.Tensor | None, batch_size: int, device: torch.device | str | None) -> torch.Tensor | None:
+    """Left padding as (B,) long on the cache's device, or None when no row is padded (the unpadded path)."""
+    if padding is None:
+        return None
+    if padding.shape != (batch_size,) or padding.dtype.is_floating_point:
+        raise ValueError(f"padding: expected integers of shape ({batch_size},), one per row, "
+                         f"found {padding.dtype} of shape {tuple(padding.shape)}")
+    if padding.device.type != "meta" and not bool(padding.any()):
+        return None
+    return padding.to(device=device, dtype=torch.long)
+
+
+def row_positions(start: Start, padding: torch.Tensor | None) -> Start:
+    """Slot ``start`` -> each row's first position (B, 1), ``start`` itself when no row is padded."""
+    if padding is None:
+        return start
+    return start - padding[:, None]  # (B,) -> (B, 1)

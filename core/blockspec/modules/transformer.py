@@ -11,7 +11,7 @@ from torch import nn
 from blockspec.errors import TokenIdError
 from blockspec.modules.dropout import dropped
 from blockspec.modules.token_ids import check_token_ids
-from blockspec.modules.positional import PositionalEncoding
+from blockspec.modules.positional import PositionalEncoding, embed_at
 from blockspec.modules.taps import tap, tapping
 
 if TYPE_CHECKING:
@@ -76,7 +76,9 @@ class Transformer(nn.Module):
         """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output.
 
         With a ``cache`` the keys and values of positions 0..start-1 come from it, and
-        this call's are stored into it, so a decoding step passes only the new token.
+        this call's are stored into it, so a decoding step passes only the new token. A cache made with
+        ``padding`` holds a left-padded ragged batch: ``start`` is then the slot all rows share, and each
+        row's positions are the slot minus its padding (``KVCache.positions``).
         ``last_only`` applies the head to the last position alone, (B, 1, |V|): what sampling
         needs, and for a long prompt the head is a large share of the work. Only for heads
         that work position by position (those that promise "lm").
@@ -95,9 +97,11 @@ class Transformer(nn.Module):
         if self.embedding_scale is not None:
             x = tap(self, "embedding.scaled", x * torch.tensor(self.embedding_scale, dtype=x.dtype))  # (B, N, d)
         if self.positional.adds:
+            at = start if cache is None else cache.positions(start)  # a ragged batch's rows: (B, 1)
             if tapping():
-                tap(self, "positional.encoding", self.positional.embed(torch.zeros_like(x[:1]), start).expand_as(x))
-            x = tap(self, "positional.embed", self.positional.embed(x, start))
+                zeros = torch.zeros_like(x if isinstance(at, torch.Tensor) else x[:1])
+                tap(self, "positional.encoding", embed_at(self.positional, zeros, at).expand_as(x))
+            x = tap(self, "positional.embed", embed_at(self.positional, x, at))
         x = dropped(self.drop, x)
         if cache is None:
             for block, positional in zip(self.blocks, self.block_positionals):

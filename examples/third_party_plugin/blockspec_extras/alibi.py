@@ -23,12 +23,13 @@ class ALiBi(PositionalEncoding):
     """No vectors added or rotated: a linear distance penalty on the scores, any length."""
 
     biases = True
+    tensor_positions = True  # the bias depends on distances only, so one (h, n_q, n_k) serves every row's start
 
     def __init__(self, n_heads: int) -> None:
         super().__init__(max_positions=None)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def score_bias(self, n_q: int, n_k: int, start: int = 0) -> torch.Tensor:
+    def score_bias(self, n_q: int, n_k: int, start: int | torch.Tensor = 0) -> torch.Tensor:
         """(h, n_q, n_k): query i sits at key position i + n_k - n_q; the bias is slope · (j - i)."""
         device = self.slopes.device
         queries = torch.arange(n_k - n_q, n_k, device=device)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from blockspec.plugin import PositionalEncoding
+from blockspec.plugin import PositionalEncoding, Start, positions
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,8 @@ class RotaryPositions(PositionalEncoding):
         self.scaling, self.context_length = scaling, context_length
         self.attention_factor = scaling.magnitude()
         self.length_dependent = scaling.kind == "dynamic"
+        # dynamic NTK's frequencies follow each call's end, which a tensor start would make per row: row by row
+        self.tensor_positions = not self.length_dependent
         self.theta = scaled_frequencies(self.rotary_dim, base, scaling, context_length, context_length)  # float64
         cos, sin = self._full_tables(context_length)
         self.register_buffer("cos_full", cos, persistent=False)  # (context_length, rd)
@@ -182,8 +184,13 @@ class RotaryPositions(PositionalEncoding):
         scale = self.attention_factor
         return (wide.cos() * scale).to(torch.float32), (wide.sin() * scale).to(torch.float32)
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self.full_tables(q.shape[-2], start)
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: Start = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(start, torch.Tensor):
+            cos, sin = self.gathered(positions(start, q.shape[-2]))  # (N, rd) or (B, N, rd)
+            if cos.dim() == 3:
+                cos, sin = cos[:, None], sin[:, None]  # (B, N, rd) -> (B, 1, N, rd): every head alike
+        else:
+            cos, sin = self.full_tables(q.shape[-2], start)
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         if self.rotary_dim == self.head_dim:
             return turn(q, cos, sin, self.layout), turn(k, cos, sin, self.layout)
@@ -201,6 +208,18 @@ class RotaryPositions(PositionalEncoding):
             return self.cos_full[start:end], self.sin_full[start:end]
         cos, sin = self._full_tables(n_positions, start)
         return cos.to(self.cos_full.device), sin.to(self.sin_full.device)
+
+    def gathered(self, at: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions (N,) or (B, N) -> cos and sin (..., rd): the tables' rows, computed past their end.
+
+        No host sync (a compiled step stays whole): both are formed and the position picks one."""
+        last = self.cos_full.shape[0] - 1
+        inside = (at <= last)[..., None]
+        wide = full_width(at.double()[..., None] * self.theta.to(at.device), self.layout)  # (..., rd)
+        scale = self.attention_factor
+        cos = torch.where(inside, self.cos_full[at.clamp(max=last)], (wide.cos() * scale).to(torch.float32))
+        sin = torch.where(inside, self.sin_full[at.clamp(max=last)], (wide.sin() * scale).to(torch.float32))
+        return cos, sin
 
     def tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (N, rd/2), one per rotated feature pair, for positions start..start+N-1."""
