@@ -123,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
     _warn_unproducible(args.stop, tokenizer)
     requests = [_request(args, model, tokenizer, given, device, draft) for given in args.prompt or args.ids]
     records = []
-    for number, (given, prompt, settings) in enumerate(requests, start=1):  # each checked before the first runs
-        for sample, record in enumerate(_continued(args, model, tokenizer, prompt, settings, draft), start=1):
-            record["prompt" if args.ids is None else "prompt_ids"] = given
+    for batch in _batches(requests, alone=draft is not None or args.stream):  # each checked before the first runs
+        for record in _continued(args, model, tokenizer, batch, draft):
             records.append(record)
+            number, sample = divmod(len(records) - 1, args.num_samples)
             if args.stream and args.json:
                 print(json.dumps(record), flush=True)  # the final object, one line after the pieces
             elif not args.json and not args.stream:
-                _print(args, record, (number, len(requests)), (sample, args.num_samples))
+                _print(args, record, (number + 1, len(requests)), (sample + 1, args.num_samples))
     if args.json and not args.stream:
         emit_json(records[0] if len(records) == 1 else records)
     return 0
@@ -168,14 +168,31 @@ def _request(args: argparse.Namespace, model, tokenizer, given: str, device, dra
     return given, prompt, settings
 
 
-def _continued(args: argparse.Namespace, model, tokenizer, prompt, settings, draft=None) -> list[dict]:
-    """One prompt (1, N) continued once per sample, as ``--json`` reports each; a prompt's samples do not
-    depend on the other prompts (sample i is seeded seed + i)."""
+def _batches(requests: list, *, alone: bool) -> list[list]:
+    """The prompts as batches: one ragged batch of each run of prompts with the same settings (with
+    ``--overflow error`` a prompt's default length depends on it), or each alone (a stream, a draft)."""
+    batches: list[list] = []
+    for request in requests:
+        if batches and not alone and batches[-1][-1][2] == request[2]:
+            batches[-1].append(request)
+        else:
+            batches.append([request])
+    return batches
+
+
+def _continued(args: argparse.Namespace, model, tokenizer, batch: list, draft=None) -> list[dict]:
+    """A batch of prompts continued once per sample each, as ``--json`` reports them, prompt by prompt; a
+    prompt's samples do not depend on the other prompts (sample i is seeded seed + i)."""
     decode = None if tokenizer is None else tokenizer.decode
+    settings, prompts = batch[0][2], [prompt[0].tolist() for _, prompt, _ in batch]
     with flag_names(FLAGS), memory_limit("--max-new-tokens (or --no-cache)"):
-        steps = _steps(args, model, prompt, settings, draft, tokenizer)
-        rows = _streamed(args, steps, decode) if args.stream else _collected(steps, settings.num_samples)
-    records = [_record(model, tokenizer, prompt[0].tolist(), new, settings) for new in rows]
+        steps = _steps(args, model, batch[0][1] if draft is not None else prompts, settings, draft, tokenizer)
+        rows = _streamed(args, steps, decode) if args.stream else _collected(steps, len(prompts) * settings.num_samples)
+    records = []
+    for row, new in enumerate(rows):
+        given = batch[row // settings.num_samples][0]
+        records.append({**_record(model, tokenizer, prompts[row // settings.num_samples], new, settings),
+                        "prompt" if args.ids is None else "prompt_ids": given})
     if draft is not None:
         _report_draft(args, records[0], steps.stats)
     return records

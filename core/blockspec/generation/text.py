@@ -155,16 +155,19 @@ class _Run:
                                source=self.source, decode=self.decode)
 
     def results(self) -> list[Generation]:
-        """Every prompt's samples, generated, in order."""
+        """Every prompt's samples, generated as one ragged batch, in order: prompt by prompt, sample by sample."""
+        steps = list(generate_stream(self.model, self.prompts, self.settings, vocab_limit=self.vocab_limit,
+                                     source=self.source, decode=self.decode))
+        rows = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in range(len(self.prompts) * self.samples)]
         made = []
-        for index, prompt_ids in enumerate(self.prompts):
-            steps = torch.stack(list(self.steps(index)), dim=1) if self.settings.max_new_tokens else None  # (S, T)
-            for row in range(self.settings.num_samples):
-                new = [] if steps is None else steps[row].tolist()
-                new = until_stop(new, stop_ids=self.settings.stop_ids, stop_strings=self.settings.stop,
-                                 decode=self.decode)
-                made.append(self.result(prompt_ids, new))
+        for row, new in enumerate(rows):  # (P·S, T): prompt row // S, sample row % S
+            new = until_stop(new, stop_ids=self.settings.stop_ids, stop_strings=self.settings.stop, decode=self.decode)
+            made.append(self.result(self.prompts[row // self.samples], new))
         return made
+
+    @property
+    def samples(self) -> int:
+        return self.settings.num_samples
 
     def result(self, prompt_ids: list[int], new: list[int]) -> Generation:
         ids, decode = prompt_ids + new, self.decode
