@@ -64,7 +64,7 @@ def _shown(value: object) -> str:
 def runs(padding: torch.Tensor) -> list[range]:
     """The batch's rows as runs of consecutive rows of one length (the grouped fallback's batches).
 
-    Consecutive, so a run's rows r0.. draw with seeds seed + r0.. as in the whole batch."""
+    Consecutive, so a run keeps its rows' order, and their seeds (``GenerationSettings.row_seeds``) with them."""
     found: list[range] = []
     values = padding.tolist()
     first = 0
