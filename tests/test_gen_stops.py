@@ -204,3 +204,26 @@ def test_hugging_face_counts_the_prompts_text_and_blockspec_does_not(tiny):
     theirs = hf_greedy(tiny, [prompt], stop_strings=[stop], tokenizer=hf_tokenizer, pad_token_id=0)[0]
     assert len(theirs) == 1
     assert len(greedy(tiny["model"], prompt, stop=[stop], decode=bpe.decode)) > 1
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.5])
+def test_a_finished_row_leaves_the_batch_and_the_others_go_on_as_alone(tiny, temperature):
+    """Finished rows cost no compute: each step after a row stops runs on the rows still decoding only."""
+    model, prompts = tiny["model"], [PROMPT, PROMPT[::-1], [7, 7, 8, 9]]
+    alone = [generate(model, torch.tensor([p]), max_new_tokens=NEW, temperature=temperature, seed=3)[0, 4:].tolist()
+             for p in prompts]
+    stop = alone[1][2]  # the second row stops at its third token; the others (if they never draw it) go on
+    sizes: list[int] = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: sizes.append(args[0].shape[0]), with_kwargs=True)
+    try:
+        together = generate(model, torch.tensor(prompts), max_new_tokens=NEW, temperature=temperature, seed=3,
+                            stop_ids=[stop])
+    finally:
+        hook.remove()
+    for row, solo in zip(together[:, 4:].tolist(), alone):
+        cut = solo.index(stop) + 1 if stop in solo else NEW
+        assert row[:cut] == solo[:cut] and set(row[cut:]) <= {stop}
+    finished_at = sorted(solo.index(stop) + 1 for solo in alone if stop in solo)
+    expected = [len(prompts) - sum(at <= step for at in finished_at) for step in range(len(sizes))]
+    assert sizes == expected
+    assert temperature or min(sizes) < len(prompts)  # greedy: the second row stops while another goes on

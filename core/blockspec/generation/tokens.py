@@ -147,34 +147,82 @@ class _Settings:
 
 def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: StopConditions, settings: _Settings,
            max_new_tokens: int) -> Iterator[torch.Tensor]:
-    """The decoding loop: one (B,) per step until ``max_new_tokens`` or every row stops."""
+    """The decoding loop: one (B,) per step until ``max_new_tokens`` or every row stops; a row that stops
+    leaves the batch (``_Live.drop``), so finished rows cost no compute while the others go on."""
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
-    generator, window = settings.generator, settings.window
-    tokens, step_input, start = ids, _cropped(ids, window), 0
+    live = _Live.begin(model, ids, cache, settings)
     last_only = _positionwise_head(model)
-    counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings,  # what the penalties read
-                               padding=None if cache is None else cache.padding)
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
-                logits = model(step_input, start=start, cache=cache, last_only=last_only)
-                logits = logits[:, -1, :settings.vocab_limit]  # (B, T, V) -> (B, |V|)
+                logits = model(live.step_input, start=live.start, cache=live.cache, last_only=last_only)
+                logits = logits[:, -1, :settings.vocab_limit]  # (b, T, V) -> (b, |V|)
                 step_finite = torch.isfinite(logits).all()
                 finite &= step_finite
                 logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
-                token = sample(logits, **settings.filters, counts=counts, generator=generator)  # (B, 1)
-                if stops.active:  # nothing to check otherwise: the loop runs as before
-                    token = stops.step(token[:, 0])[:, None]  # (B,) -> (B, 1): finished rows repeat their pad
-                tokens = torch.cat((tokens, token), dim=1)  # (B, N + t)
-                if cache is not None and (window is None or tokens.shape[1] <= window):
-                    step_input, start = token, tokens.shape[1] - 1  # only the new token, at its position
-                else:
-                    cache, step_input, start = None, _cropped(tokens, window), 0  # recompute the (last) window
-            yield token[:, 0].clone()  # (B,): a plain tensor outside inference mode
+                drawn = sample(logits, **settings.filters, counts=live.counts, generator=live.generators)  # (b, 1)
+                token = stops.step(live.scattered(drawn[:, 0], stops.pad)) if stops.active else drawn[:, 0]  # (B,)
+                live.advance(token, settings.window)
+            yield token.clone()  # (B,): a plain tensor outside inference mode
             if stops.active and stops.all_finished():
                 break
+            if stops.active:
+                with torch.inference_mode():
+                    live.drop(stops.finished)
     if not bool(finite):
         raise non_finite_logits(settings.source)
+
+
+@define(kw_only=True)
+class _Live:
+    """The rows still decoding and what their next step reads: the rows' sequences (b, N + t), the step's
+    input and start, the cache, the penalties' counts and the generators, all of the b live rows only.
+    ``rows`` (b,) are their places in the batch; None while every row is live (no indexing at all)."""
+
+    rows: torch.Tensor | None
+    tokens: torch.Tensor
+    step_input: torch.Tensor
+    start: int
+    cache: KVCache | None
+    counts: TokenCounts
+    generators: list[torch.Generator] | None
+
+    @classmethod
+    def begin(cls, model: Transformer, ids: torch.Tensor, cache: KVCache | None, settings: _Settings) -> _Live:
+        counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings,  # the penalties read
+                                   padding=None if cache is None else cache.padding)
+        return cls(rows=None, tokens=ids, step_input=_cropped(ids, settings.window), start=0, cache=cache,
+                   counts=counts, generators=settings.generator)
+
+    def scattered(self, drawn: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        """The live rows' tokens (b,) in their places of the batch (B,); the finished rows' ``pad``."""
+        if self.rows is None:
+            return drawn
+        return pad.index_copy(0, self.rows, drawn)  # (B,)
+
+    def advance(self, token: torch.Tensor, window: int | None) -> None:
+        """Append the step's tokens (B,) to the live rows; next, only the new token at its position, while the
+        cache serves, else the (last) window recomputed."""
+        token = (token if self.rows is None else token[self.rows])[:, None]  # (B,) -> (b, 1)
+        self.tokens = torch.cat((self.tokens, token), dim=1)  # (b, N + t)
+        if self.cache is not None and (window is None or self.tokens.shape[1] <= window):
+            self.step_input, self.start = token, self.tokens.shape[1] - 1
+        else:
+            self.cache, self.step_input, self.start = None, _cropped(self.tokens, window), 0
+
+    def drop(self, finished: torch.Tensor) -> None:
+        """Leave out the rows that ``finished`` (B,) marks: their cache rows, counts and generators too."""
+        rows = torch.arange(finished.shape[0], device=finished.device) if self.rows is None else self.rows
+        keep = ~finished[rows]  # (b,)
+        if bool(keep.all()):
+            return
+        kept = keep.nonzero()[:, 0]  # (b',)
+        self.rows, self.tokens, self.step_input = rows[kept], self.tokens[kept], self.step_input[kept]
+        self.counts = TokenCounts(in_prompt=self.counts.in_prompt[kept], generated=self.counts.generated[kept])
+        if self.generators is not None:
+            self.generators = [g for g, k in zip(self.generators, keep.tolist()) if k]
+        if self.cache is not None:
+            self.cache.keep_rows(kept)
 
 
 def _check_memory(model: Transformer, ids: torch.Tensor, length: int, *, cached: bool, new_tokens: int) -> None:

@@ -99,6 +99,14 @@ class KVCache:
         """The encoder's start for a call at slot ``start`` (``LayerCache.positions``)."""
         return row_positions(start, self.padding)
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the batch rows ``rows`` (b,), in that order: a generation whose other rows finished
+        spends nothing more on them."""
+        self.padding = None if self.padding is None else self.padding[rows]  # (B,) -> (b,)
+        for layer in self.layers:
+            layer.keys, layer.values = layer.keys[rows], layer.values[rows]  # (B, kv, T, hs) -> (b, kv, T, hs)
+            layer.padding = self.padding
+
     def check_room(self, start: int, n_tokens: int) -> None:
         """Before a forward pass: positions start.. must continue (or rewind) the stored prefix and fit."""
         if start > self.length:
