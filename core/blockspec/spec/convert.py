@@ -77,9 +77,7 @@ class Resolver(Protocol):
 
 
 def _spec_in_directory_hint(folder: Path) -> str:
-    """What a user who gave a folder likely meant: its spec.toml (a checkpoint's), or a .toml file in it."""
-    if (folder / "spec.toml").is_file():
-        return f"a checkpoint's spec is {folder / 'spec.toml'} (blockspec.load reads the model itself)"
+    """What a user who gave a folder likely meant: a .toml file in it (a checkpoint's spec is one)."""
     found = sorted(folder.glob("*.toml"))
     return "give a .toml file" + (f", e.g. {found[0]}" if found else "")
 
