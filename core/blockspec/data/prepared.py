@@ -10,11 +10,18 @@ atomically (``atomic_directory``), and replaces only a prepared dataset (``PREPA
 
 ``PreparedDataset.batch`` draws windows exactly as ``CharDataset.batch`` does (same generator,
 same offsets), so a batch is still a pure function of (seed, stream, index).
+
+Instruction data (``prepare_examples``, ``instruct``) adds a loss mask per split, ``train.mask`` and
+``val.mask``: one uint8 per token, 1 where that token, as a target, is scored (a response's, and the
+end-of-text token that ends it). ``meta.json``'s ``loss_mask`` lists them and what each split holds; a
+target the mask does not score comes out of ``batch`` as ``IGNORED_TARGET``. A dataset without a
+``loss_mask`` reads and trains as before.
 """
 
 from __future__ import annotations
 
 import hashlib
+from array import array
 import json
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -31,7 +38,8 @@ from blockspec.outputs.targets import check_writable_target
 from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
-from blockspec.data.dataset import TRAIN_FRACTION, DataError, check_windows, window_offsets
+from blockspec.data import instruct
+from blockspec.data.dataset import IGNORED_TARGET, TRAIN_FRACTION, DataError, check_windows, window_offsets
 from blockspec.data.measure import TextSize, streamed_size
 from blockspec.data.textfiles import check_text_files, chunks
 from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, end_of_text,
@@ -41,6 +49,8 @@ FORMAT = "blockspec-prepared-data"
 VERSION = 1
 META_FILE = "meta.json"
 SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
+MASK_FILES = {"train": "train.mask", "val": "val.mask"}  # instruction data: 1 where a target is scored (uint8)
+MASK_DTYPE = np.dtype(np.uint8)
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
@@ -48,7 +58,7 @@ DECODE_TOKENS = 1 << 20  # tokens decoded at a time when a split's bytes are cou
 LINE_BREAK = "\n"
 # what ``data prepare --force`` may replace: a directory holding what prepare writes and nothing else
 PREPARED = directory_kind("a prepared dataset", markers=(META_FILE,),
-                          entries=(META_FILE, *SPLIT_FILES.values(), TOKENIZER_FILE))
+                          entries=(META_FILE, *SPLIT_FILES.values(), *MASK_FILES.values(), TOKENIZER_FILE))
 
 AnyTokenizer = CharTokenizer | HFTokenizer
 
@@ -103,16 +113,104 @@ def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
     with (folder / SPLIT_FILES["train"]).open("wb") as stream:
         for ids in _encoded(paths, tokenizer, progress):
             np.asarray(ids, dtype=dtype).tofile(stream)
-    counts = _split(folder, dtype)
-    sizes = {split: split_text_size(tokenizer, _read_split(folder, split, dtype, counts[split])) for split in counts}
+    total = (folder / SPLIT_FILES["train"]).stat().st_size // dtype.itemsize
+    counts = _split(folder, SPLIT_FILES, dtype, int(total * TRAIN_FRACTION))
+    return _write_meta(folder, tokenizer, dtype, counts, paths)
+
+
+def _write_meta(folder: Path, tokenizer: AnyTokenizer, dtype: np.dtype, counts: dict[str, int],
+                paths: Sequence[str | Path], **more: Any) -> dict[str, Any]:
+    """meta.json (and the tokenizer beside it): what the splits hold, and ``more`` (a loss mask's record)."""
+    sizes = {split: split_text_size(tokenizer, _read_split(folder, SPLIT_FILES[split], dtype, counts[split]))
+             for split in counts}
     (folder / TOKENIZER_FILE).write_bytes(tokenizer_bytes(tokenizer))
     meta = {"format": FORMAT, "version": VERSION, "tokenizer_sha256": tokenizer_sha256(tokenizer),
             "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
             "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths],
             "separator": separator(tokenizer), "bytes": {split: size.bytes for split, size in sizes.items()},
-            "characters": {split: size.characters for split, size in sizes.items()}}
+            "characters": {split: size.characters for split, size in sizes.items()}, **more}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
+
+
+def prepare_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: str | Path, *,
+                     keys: instruct.Keys = instruct.Keys(), template: instruct.Template = instruct.Template(),
+                     overwrite: bool = False, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Tokenise instruction data (``instruct``: JSON lines of a prompt and a response) into ``out``, as ``prepare``
+    does, with a loss mask per split (train.mask, val.mask: 1 where a target is scored); returns meta.json.
+
+    Every line is checked first; the split falls between two examples, the one nearest 90% of the tokens.
+    """
+    target = check_writable_target(out, kind=PREPARED, overwrite=overwrite, inputs=paths)
+    with folder_lock(target):
+        instruct.check_examples(paths, keys)
+        tokenizer = tokenizer or instruct.char_tokenizer(paths, keys, template, LINE_BREAK)
+        with atomic_directory(target, overwrite=overwrite) as staging:
+            return _write_examples(paths, tokenizer, staging, keys, template, progress)
+
+
+def _write_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path, keys: instruct.Keys,
+                    template: instruct.Template, progress: Callable[[int], None] | None) -> dict[str, Any]:
+    dtype, end = token_dtype(tokenizer.vocab_size), _separator_ids(tokenizer, separator(tokenizer), after=paths[0])
+    record = _Record()
+    with (folder / SPLIT_FILES["train"]).open("wb") as ids_file, (folder / MASK_FILES["train"]).open("wb") as mask:
+        for path in paths:
+            for example in instruct.examples(path, keys):
+                prompt, response, scored_text = _encoded_example(tokenizer, template, example)
+                np.asarray(prompt + response + end, dtype=dtype).tofile(ids_file)
+                np.repeat(np.array([0, 1], dtype=MASK_DTYPE), [len(prompt), len(response) + len(end)]).tofile(mask)
+                record.add(len(prompt) + len(response) + len(end), len(response) + len(end), scored_text)
+                if progress is not None:
+                    progress(example.bytes)
+    cut = record.cut()
+    counts = _split(folder, SPLIT_FILES, dtype, record.tokens[cut])
+    _split(folder, MASK_FILES, MASK_DTYPE, record.tokens[cut])
+    return _write_meta(folder, tokenizer, dtype, counts, paths, loss_mask=record.meta(cut, keys, template))
+
+
+class _Record:
+    """After each example: the tokens so far, the scored ones, and the UTF-8 bytes and characters of the scored
+    text (what bits per byte divides by); 32 bytes an example."""
+
+    def __init__(self) -> None:
+        self.tokens, self.scored, self.bytes, self.characters = (array("q", [0]) for _ in range(4))
+
+    def add(self, tokens: int, scored: int, text: str) -> None:
+        for column, value in zip(self._columns, (tokens, scored, len(text.encode("utf-8")), len(text))):
+            column.append(column[-1] + value)
+
+    @property
+    def _columns(self) -> tuple[array, ...]:
+        return self.tokens, self.scored, self.bytes, self.characters
+
+    def cut(self) -> int:
+        """The example after which validation starts: the boundary nearest 90% of the tokens, one example
+        on each side at least (``check_examples`` made sure of two)."""
+        ends = np.frombuffer(self.tokens, dtype=np.int64)[1:-1]  # (examples - 1,)
+        return 1 + int(np.argmin(np.abs(ends - self.tokens[-1] * TRAIN_FRACTION)))
+
+    def meta(self, cut: int, keys: instruct.Keys, template: instruct.Template) -> dict[str, Any]:
+        """meta.json's ``loss_mask``: its files, and what each split holds."""
+        last = len(self.tokens) - 1
+
+        def split(column: array) -> dict[str, int]:
+            return {"train": column[cut], "val": column[last] - column[cut]}
+
+        return {"files": MASK_FILES, "dtype": MASK_DTYPE.name, "examples": {"train": cut, "val": last - cut},
+                "scored_tokens": split(self.scored), "scored_bytes": split(self.bytes),
+                "scored_characters": split(self.characters), "prompt_key": keys.prompt,
+                "response_key": keys.response, "template": template.text}
+
+
+def _encoded_example(tokenizer: AnyTokenizer, template: instruct.Template,
+                     example: instruct.Example) -> tuple[list[int], list[int], str]:
+    """The ids of the prompt's side and of the response's, encoded apart (the boundary is a token boundary),
+    and the response's side as text."""
+    prompt, response = template.sides(example.prompt, example.response)
+    try:
+        return tokenizer.encode(prompt), tokenizer.encode(response), response
+    except TokenizerError as error:
+        raise TokenizerError(f"{example.file}:{example.line}: {error}") from None
 
 
 def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
@@ -157,12 +255,11 @@ def _encode_group(tokenizer: AnyTokenizer, texts: list[str],
             progress(len(text.encode("utf-8")))
 
 
-def _split(folder: Path, dtype: np.dtype) -> dict[str, int]:
-    """Move the last 10% of train.bin's tokens to val.bin, a few MiB at a time."""
-    train = folder / SPLIT_FILES["train"]
+def _split(folder: Path, files: dict[str, str], dtype: np.dtype, cut: int) -> dict[str, int]:
+    """Move what follows item ``cut`` of the train file to the val file, a few MiB at a time."""
+    train = folder / files["train"]
     total = train.stat().st_size // dtype.itemsize
-    cut = int(total * TRAIN_FRACTION)
-    with train.open("rb") as source, (folder / SPLIT_FILES["val"]).open("wb") as val:
+    with train.open("rb") as source, (folder / files["val"]).open("wb") as val:
         source.seek(cut * dtype.itemsize)
         while block := source.read(COPY_TOKENS * dtype.itemsize):
             val.write(block)
@@ -176,10 +273,11 @@ def split_text_size(tokenizer: AnyTokenizer, ids: np.ndarray) -> TextSize:
     return streamed_size(tokenizer, blocks)
 
 
-def _read_split(folder: Path, split: str, dtype: np.dtype, tokens: int) -> np.ndarray:
+def _read_split(folder: Path, name: str, dtype: np.dtype, tokens: int) -> np.ndarray:
+    """The memory map of file ``name`` (a split's tokens or mask), or an empty array for none."""
     if tokens == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(folder / SPLIT_FILES[split], dtype=dtype, mode="r", shape=(tokens,))
+    return np.memmap(folder / name, dtype=dtype, mode="r", shape=(tokens,))
 
 
 # ---------------------------------------------------------------- reading
@@ -198,6 +296,32 @@ class SplitCounts:
     val: Count
 
 
+TrainMask = Annotated[str, Check(lambda name: name == MASK_FILES["train"], repr(MASK_FILES["train"]))]
+ValMask = Annotated[str, Check(lambda name: name == MASK_FILES["val"], repr(MASK_FILES["val"]))]
+MaskDtype = Annotated[str, Check(lambda name: name == MASK_DTYPE.name, repr(MASK_DTYPE.name))]
+
+
+@frozen(kw_only=True)
+class MaskFiles:
+    train: TrainMask
+    val: ValMask
+
+
+@frozen(kw_only=True)
+class MaskDocument:
+    """meta.json's ``loss_mask`` (instruction data): the mask files and what each split holds."""
+
+    files: MaskFiles
+    dtype: MaskDtype
+    examples: SplitCounts
+    scored_tokens: SplitCounts
+    scored_bytes: SplitCounts  # UTF-8 bytes of the scored text (the responses' sides)
+    scored_characters: SplitCounts
+    prompt_key: str
+    response_key: str
+    template: str
+
+
 @frozen(kw_only=True)
 class MetaDocument:
     """meta.json, checked field by field when a dataset is opened."""
@@ -214,6 +338,7 @@ class MetaDocument:
     separator: str | None = None  # what went between two files (datasets prepared before it was recorded: None)
     bytes: SplitCounts | None = None  # UTF-8 bytes of each split's tokens decoded (older datasets: None)
     characters: SplitCounts | None = None  # and their characters
+    loss_mask: MaskDocument | None = None  # instruction data only: which targets the loss scores
 
 
 class PreparedDataset:
@@ -224,11 +349,19 @@ class PreparedDataset:
         self.meta = _read_meta(Path(directory))
         self.tokenizer = _read_tokenizer(Path(directory), self.meta)
         self.splits = {split: _memmap(Path(directory), split, self.meta) for split in SPLIT_FILES}
+        self.masks = None if self.meta.loss_mask is None else {
+            split: _checked_map(Path(directory) / MASK_FILES[split], MASK_DTYPE, getattr(self.meta.tokens, split))
+            for split in MASK_FILES}
+        self.masked = self.masks is not None
         self._sizes: dict[str, TextSize] = {}
 
     def split_size(self, split: str) -> tuple[int, TextSize]:
         """The split's tokens and the size of their text: as meta.json records it, or (a dataset prepared
-        before it did) decoded once."""
+        before it did) decoded once. Instruction data: its scored tokens and the text of the responses."""
+        if self.meta.loss_mask is not None:  # the loss is a mean over scored tokens: their count and text
+            mask = self.meta.loss_mask
+            return getattr(mask.scored_tokens, split), TextSize(bytes=getattr(mask.scored_bytes, split),
+                                                                characters=getattr(mask.scored_characters, split))
         if split not in self._sizes:
             recorded = self.meta.bytes is not None and self.meta.characters is not None
             self._sizes[split] = (TextSize(bytes=getattr(self.meta.bytes, split),
@@ -253,12 +386,16 @@ class PreparedDataset:
         check_windows(self.source, self.splits, context_length, unit="tokens", remedy="prepare more text")
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``size`` random windows: inputs x and next-token targets y, (size, length) each."""
+        """``size`` random windows: inputs x and next-token targets y, (size, length) each; a target the loss
+        mask does not score (instruction data: a prompt's) is ``IGNORED_TARGET``."""
         ids = self.splits[split]
-        offsets = window_offsets(len(ids), size=size, length=length, seed=seed)  # (B,)
-        windows = np.stack([ids[o : o + length + 1] for o in offsets.tolist()]).astype(np.int64)  # (B, T + 1)
-        windows = torch.from_numpy(windows)
-        return windows[:, :-1], windows[:, 1:]
+        offsets = window_offsets(len(ids), size=size, length=length, seed=seed).tolist()  # (B,)
+        windows = torch.from_numpy(np.stack([ids[o : o + length + 1] for o in offsets]).astype(np.int64))  # (B, T + 1)
+        x, y = windows[:, :-1], windows[:, 1:]
+        if self.masks is None:
+            return x, y
+        scored = np.stack([self.masks[split][o + 1 : o + length + 1] for o in offsets])  # (B, T): y's positions
+        return x, y.masked_fill(torch.from_numpy(scored == 0), IGNORED_TARGET)
 
 
 def _read_meta(directory: Path) -> MetaDocument:
@@ -287,11 +424,15 @@ def _read_tokenizer(directory: Path, meta: MetaDocument) -> AnyTokenizer:
 
 
 def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:
-    path, dtype = directory / SPLIT_FILES[split], np.dtype(meta.dtype)
-    expected = getattr(meta.tokens, split)
+    return _checked_map(directory / SPLIT_FILES[split], np.dtype(meta.dtype), getattr(meta.tokens, split))
+
+
+def _checked_map(path: Path, dtype: np.dtype, expected: int) -> np.ndarray:
+    """The memory map of a split's file (tokens, or their mask), refused unless it holds ``expected`` items."""
     size = path.stat().st_size if path.is_file() else None
     if size != expected * dtype.itemsize:
         found = "no file" if size is None else f"{size} bytes"
-        raise DataError(f"{path}: expected {expected} {meta.dtype} tokens ({expected * dtype.itemsize} bytes, "
-                        f"per {META_FILE}), found {found}; prepare the data again")
-    return _read_split(directory, split, dtype, expected)
+        what = "tokens" if path.suffix == ".bin" else "mask bytes"
+        raise DataError(f"{path}: expected {expected} {dtype.name} {what} ({expected * dtype.itemsize} bytes, per "
+                        f"{META_FILE}), found {found}; prepare the data again")
+    return _read_split(path.parent, path.name, dtype, expected)
