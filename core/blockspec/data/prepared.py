@@ -388,14 +388,23 @@ class PreparedDataset:
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``size`` random windows: inputs x and next-token targets y, (size, length) each; a target the loss
         mask does not score (instruction data: a prompt's) is ``IGNORED_TARGET``."""
+        windows, scored = self.windows(split, size=size, length=length, seed=seed)  # (B, T + 1) each
+        x, y = windows[:, :-1], windows[:, 1:]
+        return (x, y) if scored is None else (x, scored_targets(y, scored[:, 1:]))
+
+    def windows(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, np.ndarray | None]:
+        """The ids of ``size`` random windows of ``length + 1`` tokens, and their loss mask (None without one)."""
         ids = self.splits[split]
         offsets = window_offsets(len(ids), size=size, length=length, seed=seed).tolist()  # (B,)
         windows = torch.from_numpy(np.stack([ids[o : o + length + 1] for o in offsets]).astype(np.int64))  # (B, T + 1)
-        x, y = windows[:, :-1], windows[:, 1:]
         if self.masks is None:
-            return x, y
-        scored = np.stack([self.masks[split][o + 1 : o + length + 1] for o in offsets])  # (B, T): y's positions
-        return x, y.masked_fill(torch.from_numpy(scored == 0), IGNORED_TARGET)
+            return windows, None
+        return windows, np.stack([self.masks[split][o : o + length + 1] for o in offsets])  # (B, T + 1)
+
+
+def scored_targets(targets: torch.Tensor, scored: np.ndarray) -> torch.Tensor:
+    """``targets`` with ``IGNORED_TARGET`` where the mask ``scored`` (of their shape) is 0: what the loss skips."""
+    return targets.masked_fill(torch.from_numpy(scored == 0), IGNORED_TARGET)
 
 
 def _read_meta(directory: Path) -> MetaDocument:
