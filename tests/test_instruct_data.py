@@ -191,6 +191,7 @@ def test_a_mask_file_of_the_wrong_size_is_refused(root, tmp_path):
     (['{"q": "a", "response": "b"}'] * 2, ["--prompt-key", "question"], ["x.jsonl:1:", "no key 'question'"]),
     (['{"prompt": "a", "response": ["b"]}'] * 2, [], ["x.jsonl:1:", "a string at 'response'", "found an array"]),
     ([], [], ["x.jsonl:", "is empty", "JSON lines"]),
+    (['{"prompt": "a", "response": "b"}', ""], [], ["x.jsonl:", "holds 1 example", "validation"]),
     (['{"prompt": "a", "response": "b"}'] * 2, ["--template", "Q: {prompt}"], ["--template:", "{response} 0 times"]),
     (['{"prompt": "a", "response": "b"}'] * 2, ["--template", "{response}{prompt}"], ["{response} first"]),
 ])

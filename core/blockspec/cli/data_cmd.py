@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from blockspec.cli.common import UsageError, add_json_argument, emit_json, flag_names
 
@@ -69,7 +71,7 @@ def check_format_flags(args: argparse.Namespace) -> None:
                          "prompt-response (or leave it out for plain text)")
 
 
-def _preparation(args: argparse.Namespace):
+def _preparation(args: argparse.Namespace) -> tuple[Callable[..., dict[str, Any]], int]:
     """The function that prepares the files, with its options, and the bytes it will read; every file (and
     for instruction data, every line and the template) checked first."""
     from functools import partial
@@ -86,7 +88,7 @@ def _preparation(args: argparse.Namespace):
     return partial(prepare_examples, keys=keys, template=template), sum(os.path.getsize(f) for f in args.files)
 
 
-def _summary(out: str, meta: dict) -> str:
+def _summary(out: str, meta: dict[str, Any]) -> str:
     tokens, size = meta["tokens"], meta["bytes"]
     text = (f"wrote {out}: {tokens['train']:,} train and {tokens['val']:,} validation tokens "
             f"({size['train']:,} and {size['val']:,} bytes of text; {meta['dtype']}, {meta['vocab_size']} tokens "
