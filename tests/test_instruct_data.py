@@ -210,3 +210,17 @@ def test_an_example_flag_without_the_format_is_refused(root, tmp_path, capsys):
                  "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--prompt-key" in err and "--format prompt-response" in err
+
+
+def test_a_tokenizer_with_nothing_to_end_an_example_is_refused_before_any_work(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from blockspec.data.tokenizer import TokenizerError, tokenizer_from_bytes
+
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()  # a line break encodes as no token
+    write_jsonl(tmp_path / "x.jsonl", [{"prompt": "a", "response": "b"}] * 2)
+    with pytest.raises(TokenizerError, match="has no end-of-text token and encodes a line break as no token"):
+        prepare_examples([tmp_path / "x.jsonl"], tokenizer_from_bytes(words.to_str().encode(), source="words"),
+                         tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -145,14 +145,29 @@ def prepare_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None
     with folder_lock(target):
         instruct.check_examples(paths, keys)
         tokenizer = tokenizer or instruct.char_tokenizer(paths, keys, template, LINE_BREAK)
+        end = _example_end(tokenizer)
         with atomic_directory(target, overwrite=overwrite) as staging:
-            return _write_examples(paths, tokenizer, staging, keys, template, progress)
+            return _write_examples(paths, tokenizer, end, staging, keys, template, progress)
 
 
-def _write_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path, keys: instruct.Keys,
-                    template: instruct.Template, progress: Callable[[int], None] | None) -> dict[str, Any]:
-    dtype, end = token_dtype(tokenizer.vocab_size), _separator_ids(tokenizer, separator(tokenizer), after=paths[0])
-    record = _Record()
+def _example_end(tokenizer: AnyTokenizer) -> list[int]:
+    """The ids that end each example (``separator``'s), refused where they are none: examples would run together."""
+    between = separator(tokenizer)
+    try:
+        ids = tokenizer.encode(between)
+    except TokenizerError:
+        ids = []
+    if not ids:
+        raise TokenizerError(f"{tokenizer.describe()}: has no end-of-text token and encodes a line break as no "
+                             "token, so nothing would end one example before the next; use a tokenizer with an "
+                             "end-of-text token (blockspec tokenizer train gives one)")
+    return ids
+
+
+def _write_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer, end: list[int], folder: Path,
+                    keys: instruct.Keys, template: instruct.Template,
+                    progress: Callable[[int], None] | None) -> dict[str, Any]:
+    dtype, record = token_dtype(tokenizer.vocab_size), _Record()
     with (folder / SPLIT_FILES["train"]).open("wb") as ids_file, (folder / MASK_FILES["train"]).open("wb") as mask:
         for path in paths:
             for example in instruct.examples(path, keys):
