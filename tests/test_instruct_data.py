@@ -224,3 +224,17 @@ def test_a_tokenizer_with_nothing_to_end_an_example_is_refused_before_any_work(t
         prepare_examples([tmp_path / "x.jsonl"], tokenizer_from_bytes(words.to_str().encode(), source="words"),
                          tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # two processes start (about 15 s); the one-process weighting test above keeps the arithmetic
+def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, root, tmp_path):
+    from .test_distributed import torchrun
+
+    flags = ["--steps", "1", "--batch-size", "8", "--eval-every", "0", "--eval-batches", "2", "--grad-accum", "2"]
+    summary = torchrun(str(root / "spec.toml"), "--data", str(root / "data"), *flags, "--out", "ckpt", cwd=tmp_path)
+    reference = micro_trainer(registry, PreparedDataset(root / "data"), steps=1, lr=TrainConfig().lr)  # the CLI's
+    reference.run()
+    saved = load_checkpoint(tmp_path / "ckpt").training["history"]
+    assert summary["world_size"] == 2
+    assert saved["train"][0] == pytest.approx(reference.history.train[0], rel=1e-6)
+    assert summary["val_loss"] == pytest.approx(reference.history.evals[-1].val_loss, rel=1e-6)
