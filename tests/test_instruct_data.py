@@ -17,7 +17,8 @@ import blockspec
 from blockspec.cli import main
 from blockspec.data import instruct
 from blockspec.data.dataset import IGNORED_TARGET, DataError
-from blockspec.data.prepared import PreparedDataset, prepare, prepare_examples, scored_targets
+from blockspec.data.prepared import PreparedDataset, prepare, scored_targets
+from blockspec.data.prepared_instruct import prepare_examples
 from blockspec.data.tokenizer import train_bpe
 from blockspec.train.checkpointing import load_checkpoint
 from blockspec.train.loop import Trainer, TrainConfig

@@ -77,7 +77,8 @@ def _preparation(args: argparse.Namespace) -> tuple[Callable[..., dict[str, Any]
     from functools import partial
 
     from blockspec.data import instruct
-    from blockspec.data.prepared import prepare, prepare_examples
+    from blockspec.data.prepared import prepare
+    from blockspec.data.prepared_instruct import prepare_examples
     from blockspec.data.textfiles import check_text_files
 
     if args.format == "text":

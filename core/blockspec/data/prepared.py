@@ -11,7 +11,7 @@ atomically (``atomic_directory``), and replaces only a prepared dataset (``PREPA
 ``PreparedDataset.batch`` draws windows exactly as ``CharDataset.batch`` does (same generator,
 same offsets), so a batch is still a pure function of (seed, stream, index).
 
-Instruction data (``prepare_examples``, ``instruct``) adds a loss mask per split, ``train.mask`` and
+Instruction data (``prepared_instruct``) adds a loss mask per split, ``train.mask`` and
 ``val.mask``: one uint8 per token, 1 where that token, as a target, is scored (a response's, and the
 end-of-text token that ends it). ``meta.json``'s ``loss_mask`` lists them and what each split holds; a
 target the mask does not score comes out of ``batch`` as ``IGNORED_TARGET``. A dataset without a
@@ -21,7 +21,6 @@ target the mask does not score comes out of ``batch`` as ``IGNORED_TARGET``. A d
 from __future__ import annotations
 
 import hashlib
-from array import array
 import json
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -38,7 +37,6 @@ from blockspec.outputs.targets import check_writable_target
 from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
-from blockspec.data import instruct
 from blockspec.data.dataset import IGNORED_TARGET, TRAIN_FRACTION, DataError, check_windows, window_offsets
 from blockspec.data.measure import TextSize, streamed_size
 from blockspec.data.textfiles import check_text_files, chunks
@@ -114,11 +112,11 @@ def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
         for ids in _encoded(paths, tokenizer, progress):
             np.asarray(ids, dtype=dtype).tofile(stream)
     total = (folder / SPLIT_FILES["train"]).stat().st_size // dtype.itemsize
-    counts = _split(folder, SPLIT_FILES, dtype, int(total * TRAIN_FRACTION))
-    return _write_meta(folder, tokenizer, dtype, counts, paths)
+    counts = split_at(folder, SPLIT_FILES, dtype, int(total * TRAIN_FRACTION))
+    return write_meta(folder, tokenizer, dtype, counts, paths)
 
 
-def _write_meta(folder: Path, tokenizer: AnyTokenizer, dtype: np.dtype, counts: dict[str, int],
+def write_meta(folder: Path, tokenizer: AnyTokenizer, dtype: np.dtype, counts: dict[str, int],
                 paths: Sequence[str | Path], **more: Any) -> dict[str, Any]:
     """meta.json (and the tokenizer beside it): what the splits hold, and ``more`` (a loss mask's record)."""
     sizes = {split: split_text_size(tokenizer, _read_split(folder, SPLIT_FILES[split], dtype, counts[split]))
@@ -131,101 +129,6 @@ def _write_meta(folder: Path, tokenizer: AnyTokenizer, dtype: np.dtype, counts: 
             "characters": {split: size.characters for split, size in sizes.items()}, **more}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
-
-
-def prepare_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer | None, out: str | Path, *,
-                     keys: instruct.Keys = instruct.Keys(), template: instruct.Template = instruct.Template(),
-                     overwrite: bool = False, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Tokenise instruction data (``instruct``: JSON lines of a prompt and a response) into ``out``, as ``prepare``
-    does, with a loss mask per split (train.mask, val.mask: 1 where a target is scored); returns meta.json.
-
-    Every line is checked first; the split falls between two examples, the one nearest 90% of the tokens.
-    """
-    target = check_writable_target(out, kind=PREPARED, overwrite=overwrite, inputs=paths)
-    with folder_lock(target):
-        instruct.check_examples(paths, keys)
-        tokenizer = tokenizer or instruct.char_tokenizer(paths, keys, template, LINE_BREAK)
-        end = _example_end(tokenizer)
-        with atomic_directory(target, overwrite=overwrite) as staging:
-            return _write_examples(paths, tokenizer, end, staging, keys, template, progress)
-
-
-def _example_end(tokenizer: AnyTokenizer) -> list[int]:
-    """The ids that end each example (``separator``'s), refused where they are none: examples would run together."""
-    between = separator(tokenizer)
-    try:
-        ids = tokenizer.encode(between)
-    except TokenizerError:
-        ids = []
-    if not ids:
-        raise TokenizerError(f"{tokenizer.describe()}: has no end-of-text token and encodes a line break as no "
-                             "token, so nothing would end one example before the next; use a tokenizer with an "
-                             "end-of-text token (blockspec tokenizer train gives one)")
-    return ids
-
-
-def _write_examples(paths: Sequence[str | Path], tokenizer: AnyTokenizer, end: list[int], folder: Path,
-                    keys: instruct.Keys, template: instruct.Template,
-                    progress: Callable[[int], None] | None) -> dict[str, Any]:
-    dtype, record = token_dtype(tokenizer.vocab_size), _Record()
-    with (folder / SPLIT_FILES["train"]).open("wb") as ids_file, (folder / MASK_FILES["train"]).open("wb") as mask:
-        for path in paths:
-            for example in instruct.examples(path, keys):
-                prompt, response, scored_text = _encoded_example(tokenizer, template, example)
-                np.asarray(prompt + response + end, dtype=dtype).tofile(ids_file)
-                np.repeat(np.array([0, 1], dtype=MASK_DTYPE), [len(prompt), len(response) + len(end)]).tofile(mask)
-                record.add(len(prompt) + len(response) + len(end), len(response) + len(end), scored_text)
-                if progress is not None:
-                    progress(example.bytes)
-    cut = record.cut()
-    counts = _split(folder, SPLIT_FILES, dtype, record.tokens[cut])
-    _split(folder, MASK_FILES, MASK_DTYPE, record.tokens[cut])
-    return _write_meta(folder, tokenizer, dtype, counts, paths, loss_mask=record.meta(cut, keys, template))
-
-
-class _Record:
-    """After each example: the tokens so far, the scored ones, and the UTF-8 bytes and characters of the scored
-    text (what bits per byte divides by); 32 bytes an example."""
-
-    def __init__(self) -> None:
-        self.tokens, self.scored, self.bytes, self.characters = (array("q", [0]) for _ in range(4))
-
-    def add(self, tokens: int, scored: int, text: str) -> None:
-        for column, value in zip(self._columns, (tokens, scored, len(text.encode("utf-8")), len(text))):
-            column.append(column[-1] + value)
-
-    @property
-    def _columns(self) -> tuple[array, ...]:
-        return self.tokens, self.scored, self.bytes, self.characters
-
-    def cut(self) -> int:
-        """The example after which validation starts: the boundary nearest 90% of the tokens, one example
-        on each side at least (``check_examples`` made sure of two)."""
-        ends = np.frombuffer(self.tokens, dtype=np.int64)[1:-1]  # (examples - 1,)
-        return 1 + int(np.argmin(np.abs(ends - self.tokens[-1] * TRAIN_FRACTION)))
-
-    def meta(self, cut: int, keys: instruct.Keys, template: instruct.Template) -> dict[str, Any]:
-        """meta.json's ``loss_mask``: its files, and what each split holds."""
-        last = len(self.tokens) - 1
-
-        def split(column: array) -> dict[str, int]:
-            return {"train": column[cut], "val": column[last] - column[cut]}
-
-        return {"files": MASK_FILES, "dtype": MASK_DTYPE.name, "examples": {"train": cut, "val": last - cut},
-                "scored_tokens": split(self.scored), "scored_bytes": split(self.bytes),
-                "scored_characters": split(self.characters), "prompt_key": keys.prompt,
-                "response_key": keys.response, "template": template.text}
-
-
-def _encoded_example(tokenizer: AnyTokenizer, template: instruct.Template,
-                     example: instruct.Example) -> tuple[list[int], list[int], str]:
-    """The ids of the prompt's side and of the response's, encoded apart (the boundary is a token boundary),
-    and the response's side as text."""
-    prompt, response = template.sides(example.prompt, example.response)
-    try:
-        return tokenizer.encode(prompt), tokenizer.encode(response), response
-    except TokenizerError as error:
-        raise TokenizerError(f"{example.file}:{example.line}: {error}") from None
 
 
 def _encoded(paths: Sequence[str | Path], tokenizer: AnyTokenizer,
@@ -270,7 +173,7 @@ def _encode_group(tokenizer: AnyTokenizer, texts: list[str],
             progress(len(text.encode("utf-8")))
 
 
-def _split(folder: Path, files: dict[str, str], dtype: np.dtype, cut: int) -> dict[str, int]:
+def split_at(folder: Path, files: dict[str, str], dtype: np.dtype, cut: int) -> dict[str, int]:
     """Move what follows item ``cut`` of the train file to the val file, a few MiB at a time."""
     train = folder / files["train"]
     total = train.stat().st_size // dtype.itemsize
