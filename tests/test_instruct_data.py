@@ -4,8 +4,11 @@ responses alone (issue 26, item 5): a prompt's target changes nothing, an old da
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+
+import attrs
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import blockspec
 from blockspec.cli import main
 from blockspec.data import instruct
-from blockspec.data.dataset import IGNORED_TARGET, DataError
+from blockspec.data.dataset import IGNORED_TARGET, DataError, batch_seed
 from blockspec.data.prepared import PreparedDataset, prepare, scored_targets
 from blockspec.data.prepared_instruct import prepare_examples
 from blockspec.data.tokenizer import train_bpe
@@ -227,9 +230,12 @@ def test_a_tokenizer_with_nothing_to_end_an_example_is_refused_before_any_work(t
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow  # two processes start (about 15 s); the one-process weighting test above keeps the arithmetic
-def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, root, tmp_path):
+@pytest.mark.slow  # two processes start (about 5 s); the one-process weighting test above keeps the arithmetic
+def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, root, tmp_path, request):
     from .test_distributed import torchrun
+
+    if "slow" not in (request.config.option.markexpr or "") and os.environ.get("BLOCKSPEC_SLOW", "") in ("", "0"):
+        pytest.skip("slow: run with -m slow or BLOCKSPEC_SLOW=1")  # as test_graph_breaks and test_cli_sweep
 
     flags = ["--steps", "1", "--batch-size", "8", "--eval-every", "0", "--eval-batches", "2", "--grad-accum", "2"]
     summary = torchrun(str(root / "spec.toml"), "--data", str(root / "data"), *flags, "--out", "ckpt", cwd=tmp_path)
@@ -239,3 +245,15 @@ def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, 
     assert summary["world_size"] == 2
     assert saved["train"][0] == pytest.approx(reference.history.train[0], rel=1e-6)
     assert summary["val_loss"] == pytest.approx(reference.history.evals[-1].val_loss, rel=1e-6)
+
+
+def test_evaluation_batches_that_score_nothing_are_refused_not_reported_as_zero(registry, bpe, tmp_path):
+    long_prompt = " ".join(WORDS * 12)  # hundreds of prompt tokens to each scored one (an empty response's end)
+    write_jsonl(tmp_path / "x.jsonl", [{"prompt": long_prompt, "response": ""}] * 12)
+    prepare_examples([tmp_path / "x.jsonl"], bpe, tmp_path / "out")
+    trainer = micro_trainer(registry, PreparedDataset(tmp_path / "out"), batch_size=1, eval_batches=1)
+    seed = next(s for s in range(1000) if not trainer.data.windows(
+        "train", size=1, length=CONTEXT, seed=batch_seed(s, "eval-train", 0))[1][:, 1:].any())
+    trainer.config = attrs.evolve(trainer.config, seed=seed)
+    with pytest.raises(DataError, match="evaluation batches of the train split hold no scored target"):
+        trainer.evaluate()

@@ -22,7 +22,7 @@ from blockspec.registry.components import Component
 from blockspec.errors import FieldError, Problem
 from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
-from blockspec.data.dataset import IGNORED_TARGET, Dataset, batch_seed
+from blockspec.data.dataset import IGNORED_TARGET, DataError, Dataset, batch_seed
 from blockspec.data.measure import mean_bits_per_byte
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
@@ -311,7 +311,13 @@ class Trainer:
         for split in ("train", "val"):
             pieces = [piece for i in range(self.config.eval_batches)
                       for piece in self.micro_batches(split, f"eval-{split}", i)]
-            losses = [self.loss(x, y, weight) for (x, y), weight in zip(pieces, self.piece_weights(pieces))]
+            weights = self.piece_weights(pieces)
+            if not any(weights):  # a mean over no target: refused rather than reported as 0
+                raise DataError(Problem(
+                    message=f"the {self.config.eval_batches} evaluation batches of the {split} split hold no scored "
+                            "target (a response token)", hint="raise {eval_batches}, or shorten the prompts",
+                    names={"eval_batches": "eval_batches"}))
+            losses = [self.loss(x, y, weight) for (x, y), weight in zip(pieces, weights)]
             means[split] = self.world.mean(torch.stack(losses).mean())
         what = non_finite("evaluation's training loss", means["train"]) or non_finite("validation loss", means["val"])
         if what is not None:  # finite steps, then an update that overflowed
