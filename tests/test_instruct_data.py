@@ -81,7 +81,8 @@ def examples_of(data: PreparedDataset) -> list[tuple[list[int], list[int]]]:
 
 @settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pairs=st.lists(st.tuples(texts, texts), min_size=2, max_size=6),
-       template=st.sampled_from(["{prompt}{response}", "### Q:\n{prompt}\n### A:\n{response}\n", "<{prompt}|{response}>"]))
+       template=st.sampled_from(["{prompt}{response}", "### Q:\n{prompt}\n### A:\n{response}\n",
+                                 "<{prompt}|{response}>"]))
 def test_the_mask_covers_exactly_each_responses_tokens_and_its_end(tmp_path_factory, bpe, pairs, template):
     folder = tmp_path_factory.mktemp("mask")
     write_jsonl(folder / "x.jsonl", [{"prompt": p, "response": r} for p, r in pairs])

@@ -125,7 +125,8 @@ def _example(text: str, keys: Keys, *, file: str, line: int) -> Example:
     try:
         value = json.loads(text)
     except ValueError as error:
-        raise DataError(Problem(file=file, line=line, expected="a JSON object", found=f"{_short(text)} ({error})")) from None
+        found = f"{_short(text)} ({error})"
+        raise DataError(Problem(file=file, line=line, expected="a JSON object", found=found)) from None
     if not isinstance(value, dict):
         raise DataError(Problem(file=file, line=line, expected="a JSON object", found=_json_type(value)))
     texts = []

@@ -1,5 +1,8 @@
 """The training loop: AdamW on next-character cross-entropy, fixed evaluation batches, resumable.
 
+Instruction data scores some targets only (the others are ``IGNORED_TARGET``): each micro-batch's mean is
+weighted by its scored targets (``Trainer.piece_weights``), so a step's loss is their exact mean.
+
 Determinism: weights come from ``build(seed=)``, batch k from ``batch_seed(seed, "train", k)``
 and the optimizer state travels with the checkpoint, so the same seed gives the same
 losses, and a resumed run continues the uninterrupted one.
@@ -221,7 +224,8 @@ class Trainer:
         with autocast(self.config.precision, self.world.device):
             logits = self.model(x)  # (B, T, |V|)
         reduction = "mean" if weight else "sum"  # no scored target: the mean is 0/0, the sum 0 (and its gradient)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction=reduction)  # (B*T, |V|) vs (B*T,)
+        logits, y = logits.float().flatten(0, 1), y.flatten()  # (B*T, |V|) and (B*T,)
+        loss = F.cross_entropy(logits, y, reduction=reduction)
         loss = loss if weight == 1.0 else loss * weight
         aux = self._auxiliary() if self.model.training else None
         return loss if aux is None else loss + aux
@@ -311,13 +315,7 @@ class Trainer:
         for split in ("train", "val"):
             pieces = [piece for i in range(self.config.eval_batches)
                       for piece in self.micro_batches(split, f"eval-{split}", i)]
-            weights = self.piece_weights(pieces)
-            if not any(weights):  # a mean over no target: refused rather than reported as 0
-                raise DataError(Problem(
-                    message=f"the {self.config.eval_batches} evaluation batches of the {split} split hold no scored "
-                            "target (a response token)", hint="raise {eval_batches}, or shorten the prompts",
-                    names={"eval_batches": "eval_batches"}))
-            losses = [self.loss(x, y, weight) for (x, y), weight in zip(pieces, weights)]
+            losses = [self.loss(x, y, weight) for (x, y), weight in zip(pieces, self._eval_weights(split, pieces))]
             means[split] = self.world.mean(torch.stack(losses).mean())
         what = non_finite("evaluation's training loss", means["train"]) or non_finite("validation loss", means["val"])
         if what is not None:  # finite steps, then an update that overflowed
@@ -326,6 +324,16 @@ class Trainer:
                                 val_bpb=validation_bpb(self.data, means["val"]))
         self.history.evals.append(evaluation)
         return evaluation
+
+    def _eval_weights(self, split: str, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+        """``piece_weights`` of an evaluation; batches that score no target are refused rather than reported as 0."""
+        weights = self.piece_weights(pieces)
+        if not any(weights):
+            raise DataError(Problem(
+                message=f"the {self.config.eval_batches} evaluation batches of the {split} split hold no scored "
+                        "target (a response token)", hint="raise {eval_batches}, or shorten the prompts",
+                names={"eval_batches": "eval_batches"}))
+        return weights
 
     def run(self, *, on_step: Callable[[Trainer, float], None] | None = None,
             on_eval: Callable[[Trainer, Evaluation], None] | None = None) -> History:
