@@ -181,11 +181,15 @@ def test_instruction_data_trains_and_fine_tunes_from_the_cli_and_eval_refuses_it
     assert len(err.splitlines()) == 1 and "loss mask" in err and "Traceback" not in err
 
 
-def test_a_mask_file_of_the_wrong_size_is_refused(root, tmp_path):
+def test_a_mask_file_of_the_wrong_size_or_content_is_refused(root, tmp_path):
     shutil.copytree(root / "data", tmp_path / "data")
-    with (tmp_path / "data" / "val.mask").open("ab") as mask:
-        mask.write(b"\x01")
+    mask = tmp_path / "data" / "val.mask"
+    right = mask.read_bytes()
+    mask.write_bytes(right + b"\x01")
     with pytest.raises(DataError, match=r"val\.mask: expected \d+ uint8 mask bytes"):
+        PreparedDataset(tmp_path / "data")
+    mask.write_bytes(bytes([1 - right[0]]) + right[1:])  # one target scored that was not, or the reverse
+    with pytest.raises(DataError, match=r"val\.mask: expected \d+ scored tokens"):
         PreparedDataset(tmp_path / "data")
 
 

@@ -267,9 +267,7 @@ class PreparedDataset:
         self.meta = _read_meta(Path(directory))
         self.tokenizer = _read_tokenizer(Path(directory), self.meta)
         self.splits = {split: _memmap(Path(directory), split, self.meta) for split in SPLIT_FILES}
-        self.masks = None if self.meta.loss_mask is None else {
-            split: _checked_map(Path(directory) / MASK_FILES[split], MASK_DTYPE, getattr(self.meta.tokens, split))
-            for split in MASK_FILES}
+        self.masks = None if self.meta.loss_mask is None else _masks(Path(directory), self.meta, self.meta.loss_mask)
         self.masked = self.masks is not None
         self._sizes: dict[str, TextSize] = {}
 
@@ -352,6 +350,19 @@ def _read_tokenizer(directory: Path, meta: MetaDocument) -> AnyTokenizer:
 
 def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:
     return _checked_map(directory / SPLIT_FILES[split], np.dtype(meta.dtype), getattr(meta.tokens, split))
+
+
+def _masks(directory: Path, meta: MetaDocument, mask: MaskDocument) -> dict[str, np.ndarray]:
+    """Each split's loss mask, refused unless it holds a byte per token and the scored tokens meta.json counts
+    (one pass over a byte a token: a mask of the right size but other content is caught too)."""
+    masks = {split: _checked_map(directory / MASK_FILES[split], MASK_DTYPE, getattr(meta.tokens, split))
+             for split in MASK_FILES}
+    for split, values in masks.items():
+        scored, expected = int(np.count_nonzero(values)), getattr(mask.scored_tokens, split)
+        if scored != expected or (values > 1).any():
+            raise DataError(f"{directory / MASK_FILES[split]}: expected {expected} scored tokens (ones, the rest "
+                            f"zeros, per {META_FILE}), found {scored} non-zero bytes; prepare the data again")
+    return masks
 
 
 def _checked_map(path: Path, dtype: np.dtype, expected: int) -> np.ndarray:
