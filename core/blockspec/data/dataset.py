@@ -20,6 +20,7 @@ from blockspec.data.textfiles import TextFileError, chunks
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 
 TRAIN_FRACTION = 0.9
+IGNORED_TARGET = -100  # a target the loss skips (F.cross_entropy's ignore_index): a prompt's, in instruction data
 
 
 class DataError(BlockspecError, ValueError):
@@ -36,6 +37,7 @@ class Dataset(Protocol):
     """What the trainer draws batches from: a text's characters (CharDataset) or a prepared directory."""
 
     tokenizer: CharTokenizer | HFTokenizer
+    masked: bool  # whether some targets are IGNORED_TARGET (instruction data's prompts): the loss skips them
 
     def check_fits(self, vocab_size: int, context_length: int) -> None: ...
 
@@ -48,6 +50,8 @@ class Dataset(Protocol):
 
 class CharDataset:
     """Token ids of a text, the first 90% for training and the rest for validation."""
+
+    masked = False  # every target is scored
 
     def __init__(self, ids: torch.Tensor, tokenizer: CharTokenizer | HFTokenizer, *, source: str = "<text>") -> None:
         self.tokenizer, self.source = tokenizer, source

@@ -10,6 +10,12 @@ atomically (``atomic_directory``), and replaces only a prepared dataset (``PREPA
 
 ``PreparedDataset.batch`` draws windows exactly as ``CharDataset.batch`` does (same generator,
 same offsets), so a batch is still a pure function of (seed, stream, index).
+
+Instruction data (``prepared_instruct``) adds a loss mask per split, ``train.mask`` and
+``val.mask``: one uint8 per token, 1 where that token, as a target, is scored (a response's, and the
+end-of-text token that ends it). ``meta.json``'s ``loss_mask`` lists them and what each split holds; a
+target the mask does not score comes out of ``batch`` as ``IGNORED_TARGET``. A dataset without a
+``loss_mask`` reads and trains as before.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from blockspec.outputs.targets import check_writable_target
 from blockspec.outputs.lock import folder_lock
 from blockspec.spec.documents import structure_document
 from blockspec.spec.validators import Check
-from blockspec.data.dataset import TRAIN_FRACTION, DataError, check_windows, window_offsets
+from blockspec.data.dataset import IGNORED_TARGET, TRAIN_FRACTION, DataError, check_windows, window_offsets
 from blockspec.data.measure import TextSize, streamed_size
 from blockspec.data.textfiles import check_text_files, chunks
 from blockspec.data.tokenizer import (TOKENIZER_FILE, CharTokenizer, HFTokenizer, TokenizerError, end_of_text,
@@ -41,6 +47,8 @@ FORMAT = "blockspec-prepared-data"
 VERSION = 1
 META_FILE = "meta.json"
 SPLIT_FILES = {"train": "train.bin", "val": "val.bin"}
+MASK_FILES = {"train": "train.mask", "val": "val.mask"}  # instruction data: 1 where a target is scored (uint8)
+MASK_DTYPE = np.dtype(np.uint8)
 BATCH_CHUNKS = 4  # pieces encoded together (the tokenizers library spreads them over its threads)
 PIECE_BYTES = 1 << 18  # 256 KiB: the library holds about 1 KB per token while it encodes a piece
 COPY_TOKENS = 1 << 22
@@ -48,7 +56,7 @@ DECODE_TOKENS = 1 << 20  # tokens decoded at a time when a split's bytes are cou
 LINE_BREAK = "\n"
 # what ``data prepare --force`` may replace: a directory holding what prepare writes and nothing else
 PREPARED = directory_kind("a prepared dataset", markers=(META_FILE,),
-                          entries=(META_FILE, *SPLIT_FILES.values(), TOKENIZER_FILE))
+                          entries=(META_FILE, *SPLIT_FILES.values(), *MASK_FILES.values(), TOKENIZER_FILE))
 
 AnyTokenizer = CharTokenizer | HFTokenizer
 
@@ -103,14 +111,22 @@ def _write(paths: Sequence[str | Path], tokenizer: AnyTokenizer, folder: Path,
     with (folder / SPLIT_FILES["train"]).open("wb") as stream:
         for ids in _encoded(paths, tokenizer, progress):
             np.asarray(ids, dtype=dtype).tofile(stream)
-    counts = _split(folder, dtype)
-    sizes = {split: split_text_size(tokenizer, _read_split(folder, split, dtype, counts[split])) for split in counts}
+    total = (folder / SPLIT_FILES["train"]).stat().st_size // dtype.itemsize
+    counts = split_at(folder, SPLIT_FILES, dtype, int(total * TRAIN_FRACTION))
+    return write_meta(folder, tokenizer, dtype, counts, paths)
+
+
+def write_meta(folder: Path, tokenizer: AnyTokenizer, dtype: np.dtype, counts: dict[str, int],
+                paths: Sequence[str | Path], **more: Any) -> dict[str, Any]:
+    """meta.json (and the tokenizer beside it): what the splits hold, and ``more`` (a loss mask's record)."""
+    sizes = {split: split_text_size(tokenizer, _read_split(folder, SPLIT_FILES[split], dtype, counts[split]))
+             for split in counts}
     (folder / TOKENIZER_FILE).write_bytes(tokenizer_bytes(tokenizer))
     meta = {"format": FORMAT, "version": VERSION, "tokenizer_sha256": tokenizer_sha256(tokenizer),
             "tokenizer": tokenizer.describe(), "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
             "train_fraction": TRAIN_FRACTION, "tokens": counts, "sources": [Path(p).name for p in paths],
             "separator": separator(tokenizer), "bytes": {split: size.bytes for split, size in sizes.items()},
-            "characters": {split: size.characters for split, size in sizes.items()}}
+            "characters": {split: size.characters for split, size in sizes.items()}, **more}
     (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
 
@@ -157,12 +173,11 @@ def _encode_group(tokenizer: AnyTokenizer, texts: list[str],
             progress(len(text.encode("utf-8")))
 
 
-def _split(folder: Path, dtype: np.dtype) -> dict[str, int]:
-    """Move the last 10% of train.bin's tokens to val.bin, a few MiB at a time."""
-    train = folder / SPLIT_FILES["train"]
+def split_at(folder: Path, files: dict[str, str], dtype: np.dtype, cut: int) -> dict[str, int]:
+    """Move what follows item ``cut`` of the train file to the val file, a few MiB at a time."""
+    train = folder / files["train"]
     total = train.stat().st_size // dtype.itemsize
-    cut = int(total * TRAIN_FRACTION)
-    with train.open("rb") as source, (folder / SPLIT_FILES["val"]).open("wb") as val:
+    with train.open("rb") as source, (folder / files["val"]).open("wb") as val:
         source.seek(cut * dtype.itemsize)
         while block := source.read(COPY_TOKENS * dtype.itemsize):
             val.write(block)
@@ -176,10 +191,11 @@ def split_text_size(tokenizer: AnyTokenizer, ids: np.ndarray) -> TextSize:
     return streamed_size(tokenizer, blocks)
 
 
-def _read_split(folder: Path, split: str, dtype: np.dtype, tokens: int) -> np.ndarray:
+def _read_split(folder: Path, name: str, dtype: np.dtype, tokens: int) -> np.ndarray:
+    """The memory map of file ``name`` (a split's tokens or mask), or an empty array for none."""
     if tokens == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(folder / SPLIT_FILES[split], dtype=dtype, mode="r", shape=(tokens,))
+    return np.memmap(folder / name, dtype=dtype, mode="r", shape=(tokens,))
 
 
 # ---------------------------------------------------------------- reading
@@ -198,6 +214,32 @@ class SplitCounts:
     val: Count
 
 
+TrainMask = Annotated[str, Check(lambda name: name == MASK_FILES["train"], repr(MASK_FILES["train"]))]
+ValMask = Annotated[str, Check(lambda name: name == MASK_FILES["val"], repr(MASK_FILES["val"]))]
+MaskDtype = Annotated[str, Check(lambda name: name == MASK_DTYPE.name, repr(MASK_DTYPE.name))]
+
+
+@frozen(kw_only=True)
+class MaskFiles:
+    train: TrainMask
+    val: ValMask
+
+
+@frozen(kw_only=True)
+class MaskDocument:
+    """meta.json's ``loss_mask`` (instruction data): the mask files and what each split holds."""
+
+    files: MaskFiles
+    dtype: MaskDtype
+    examples: SplitCounts
+    scored_tokens: SplitCounts
+    scored_bytes: SplitCounts  # UTF-8 bytes of the scored text (the responses' sides)
+    scored_characters: SplitCounts
+    prompt_key: str
+    response_key: str
+    template: str
+
+
 @frozen(kw_only=True)
 class MetaDocument:
     """meta.json, checked field by field when a dataset is opened."""
@@ -214,6 +256,7 @@ class MetaDocument:
     separator: str | None = None  # what went between two files (datasets prepared before it was recorded: None)
     bytes: SplitCounts | None = None  # UTF-8 bytes of each split's tokens decoded (older datasets: None)
     characters: SplitCounts | None = None  # and their characters
+    loss_mask: MaskDocument | None = None  # instruction data only: which targets the loss scores
 
 
 class PreparedDataset:
@@ -224,11 +267,17 @@ class PreparedDataset:
         self.meta = _read_meta(Path(directory))
         self.tokenizer = _read_tokenizer(Path(directory), self.meta)
         self.splits = {split: _memmap(Path(directory), split, self.meta) for split in SPLIT_FILES}
+        self.masks = None if self.meta.loss_mask is None else _masks(Path(directory), self.meta, self.meta.loss_mask)
+        self.masked = self.masks is not None
         self._sizes: dict[str, TextSize] = {}
 
     def split_size(self, split: str) -> tuple[int, TextSize]:
         """The split's tokens and the size of their text: as meta.json records it, or (a dataset prepared
-        before it did) decoded once."""
+        before it did) decoded once. Instruction data: its scored tokens and the text of the responses."""
+        if self.meta.loss_mask is not None:  # the loss is a mean over scored tokens: their count and text
+            mask = self.meta.loss_mask
+            return getattr(mask.scored_tokens, split), TextSize(bytes=getattr(mask.scored_bytes, split),
+                                                                characters=getattr(mask.scored_characters, split))
         if split not in self._sizes:
             recorded = self.meta.bytes is not None and self.meta.characters is not None
             self._sizes[split] = (TextSize(bytes=getattr(self.meta.bytes, split),
@@ -253,12 +302,25 @@ class PreparedDataset:
         check_windows(self.source, self.splits, context_length, unit="tokens", remedy="prepare more text")
 
     def batch(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``size`` random windows: inputs x and next-token targets y, (size, length) each."""
+        """``size`` random windows: inputs x and next-token targets y, (size, length) each; a target the loss
+        mask does not score (instruction data: a prompt's) is ``IGNORED_TARGET``."""
+        windows, scored = self.windows(split, size=size, length=length, seed=seed)  # (B, T + 1) each
+        x, y = windows[:, :-1], windows[:, 1:]
+        return (x, y) if scored is None else (x, scored_targets(y, scored[:, 1:]))
+
+    def windows(self, split: str, *, size: int, length: int, seed: int) -> tuple[torch.Tensor, np.ndarray | None]:
+        """The ids of ``size`` random windows of ``length + 1`` tokens, and their loss mask (None without one)."""
         ids = self.splits[split]
-        offsets = window_offsets(len(ids), size=size, length=length, seed=seed)  # (B,)
-        windows = np.stack([ids[o : o + length + 1] for o in offsets.tolist()]).astype(np.int64)  # (B, T + 1)
-        windows = torch.from_numpy(windows)
-        return windows[:, :-1], windows[:, 1:]
+        offsets = window_offsets(len(ids), size=size, length=length, seed=seed).tolist()  # (B,)
+        windows = torch.from_numpy(np.stack([ids[o : o + length + 1] for o in offsets]).astype(np.int64))  # (B, T + 1)
+        if self.masks is None:
+            return windows, None
+        return windows, np.stack([self.masks[split][o : o + length + 1] for o in offsets])  # (B, T + 1)
+
+
+def scored_targets(targets: torch.Tensor, scored: np.ndarray) -> torch.Tensor:
+    """``targets`` with ``IGNORED_TARGET`` where the mask ``scored`` (of their shape) is 0: what the loss skips."""
+    return targets.masked_fill(torch.from_numpy(scored == 0), IGNORED_TARGET)
 
 
 def _read_meta(directory: Path) -> MetaDocument:
@@ -287,11 +349,28 @@ def _read_tokenizer(directory: Path, meta: MetaDocument) -> AnyTokenizer:
 
 
 def _memmap(directory: Path, split: str, meta: MetaDocument) -> np.ndarray:
-    path, dtype = directory / SPLIT_FILES[split], np.dtype(meta.dtype)
-    expected = getattr(meta.tokens, split)
+    return _checked_map(directory / SPLIT_FILES[split], np.dtype(meta.dtype), getattr(meta.tokens, split))
+
+
+def _masks(directory: Path, meta: MetaDocument, mask: MaskDocument) -> dict[str, np.ndarray]:
+    """Each split's loss mask, refused unless it holds a byte per token and the scored tokens meta.json counts
+    (one pass over a byte a token: a mask of the right size but other content is caught too)."""
+    masks = {split: _checked_map(directory / MASK_FILES[split], MASK_DTYPE, getattr(meta.tokens, split))
+             for split in MASK_FILES}
+    for split, values in masks.items():
+        scored, expected = int(np.count_nonzero(values)), getattr(mask.scored_tokens, split)
+        if scored != expected or (values > 1).any():
+            raise DataError(f"{directory / MASK_FILES[split]}: expected {expected} scored tokens (ones, the rest "
+                            f"zeros, per {META_FILE}), found {scored} non-zero bytes; prepare the data again")
+    return masks
+
+
+def _checked_map(path: Path, dtype: np.dtype, expected: int) -> np.ndarray:
+    """The memory map of a split's file (tokens, or their mask), refused unless it holds ``expected`` items."""
     size = path.stat().st_size if path.is_file() else None
     if size != expected * dtype.itemsize:
         found = "no file" if size is None else f"{size} bytes"
-        raise DataError(f"{path}: expected {expected} {meta.dtype} tokens ({expected * dtype.itemsize} bytes, "
-                        f"per {META_FILE}), found {found}; prepare the data again")
-    return _read_split(directory, split, dtype, expected)
+        what = "tokens" if path.suffix == ".bin" else "mask bytes"
+        raise DataError(f"{path}: expected {expected} {dtype.name} {what} ({expected * dtype.itemsize} bytes, per "
+                        f"{META_FILE}), found {found}; prepare the data again")
+    return _read_split(path.parent, path.name, dtype, expected)

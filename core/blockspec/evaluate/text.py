@@ -18,6 +18,7 @@ import torch
 
 from blockspec.assembly.memory import check_fits, evaluation_estimate
 from blockspec.data.measure import TextSize, text_size
+from blockspec.data.dataset import DataError
 from blockspec.data.prepared import PreparedDataset
 from blockspec.data.textfiles import check_text_files
 from blockspec.data.tokenizer import Tokenizer, TokenizerError
@@ -136,6 +137,7 @@ def _texts(paths: list[Path], tokenizer: Tokenizer | None, vocab_size: int) -> l
     for path in paths:
         if path.is_dir():
             dataset = PreparedDataset(path)
+            _check_unmasked(dataset, path)
             if tokenizer is not None:
                 dataset.check_tokenizer(tokenizer, source="the model")
             texts.append(_Split(dataset))
@@ -143,6 +145,15 @@ def _texts(paths: list[Path], tokenizer: Tokenizer | None, vocab_size: int) -> l
             texts.append(TextTokens(path, _needed(tokenizer, path)))
         _check_vocabulary(texts[-1].tokenizer, vocab_size, path)
     return texts
+
+
+def _check_unmasked(dataset: PreparedDataset, path: Path) -> None:
+    """Refuse instruction data: scoring its every token would score the prompts, which its loss mask leaves out."""
+    if dataset.masked:
+        raise DataError(Problem(file=str(path), message="holds prompts and responses with a loss mask, and eval "
+                                "scores every token of a text, prompts included",
+                                hint="blockspec train reports its validation loss on the responses alone (val_loss, "
+                                     "val_bpb); evaluate plain text here"))
 
 
 def _needed(tokenizer: Tokenizer | None, path: Path) -> Tokenizer:

@@ -1,5 +1,8 @@
 """The training loop: AdamW on next-character cross-entropy, fixed evaluation batches, resumable.
 
+Instruction data scores some targets only (the others are ``IGNORED_TARGET``): each micro-batch's mean is
+weighted by its scored targets (``Trainer.piece_weights``), so a step's loss is their exact mean.
+
 Determinism: weights come from ``build(seed=)``, batch k from ``batch_seed(seed, "train", k)``
 and the optimizer state travels with the checkpoint, so the same seed gives the same
 losses, and a resumed run continues the uninterrupted one.
@@ -22,7 +25,7 @@ from blockspec.registry.components import Component
 from blockspec.errors import FieldError, Problem
 from blockspec.spec.validators import Check, FieldErrors
 from blockspec.train.checkpointing import Checkpoint
-from blockspec.data.dataset import Dataset, batch_seed
+from blockspec.data.dataset import IGNORED_TARGET, DataError, Dataset, batch_seed
 from blockspec.data.measure import mean_bits_per_byte
 from blockspec.spec.documents import structure_document
 from blockspec.train.distributed import Strategy, World, wrap
@@ -215,12 +218,27 @@ class Trainer:
                 names={"batch_size": "batch_size", "grad_accum": "grad_accum"}))
         return list(zip(x.chunk(pieces), y.chunk(pieces)))  # (B / size / K, T) each
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, x: torch.Tensor, y: torch.Tensor, weight: float = 1.0) -> torch.Tensor:
+        """The mean loss per scored target (an ``IGNORED_TARGET`` is not scored), times ``weight``
+        (``piece_weights``), plus the routers' auxiliary loss."""
         with autocast(self.config.precision, self.world.device):
             logits = self.model(x)  # (B, T, |V|)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())  # (B*T, |V|) vs (B*T,)
+        reduction = "mean" if weight else "sum"  # no scored target: the mean is 0/0, the sum 0 (and its gradient)
+        logits, y = logits.float().flatten(0, 1), y.flatten()  # (B*T, |V|) and (B*T,)
+        loss = F.cross_entropy(logits, y, reduction=reduction)
+        loss = loss if weight == 1.0 else loss * weight
         aux = self._auxiliary() if self.model.training else None
         return loss if aux is None else loss + aux
+
+    def piece_weights(self, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+        """Each piece's scored targets over the mean piece's, over every rank: the mean of the weighted means is
+        then the mean over every scored target, however they fall (1.0 each for data that scores every target).
+        A batch that scores nothing weighs 0: its loss is 0 and it moves no weight."""
+        if not self.data.masked:
+            return [1.0] * len(pieces)
+        counts = torch.stack([(y != IGNORED_TARGET).sum() for _, y in pieces]).float()  # (pieces,)
+        mean = sum(self.world.means(counts)) / len(pieces)  # the mean piece's, over this rank's pieces and all ranks'
+        return [count / mean if mean else 0.0 for count in counts.tolist()]
 
     def _auxiliary(self) -> torch.Tensor | None:
         terms = [m.aux_loss_coef * m.aux_loss for m in self.routers if m.aux_loss is not None]
@@ -238,8 +256,9 @@ class Trainer:
             group["lr"] = self.config.lr_at(self.step)
         self.optimizer.zero_grad(set_to_none=True)
         pieces = self.micro_batches("train", "train", self.step)
-        total = sum(self._accumulate(x, y, share=len(pieces), last=i == len(pieces) - 1)
-                    for i, (x, y) in enumerate(pieces))
+        weights = self.piece_weights(pieces)
+        total = sum(self._accumulate(x, y, share=len(pieces), weight=weight, last=i == len(pieces) - 1)
+                    for i, ((x, y), weight) in enumerate(zip(pieces, weights)))
         norm = self._optimizer_step()
         value = self._read_step(total, norm)
         self.step += 1
@@ -247,10 +266,11 @@ class Trainer:
         self.train_seconds += time.perf_counter() - started
         return value
 
-    def _accumulate(self, x: torch.Tensor, y: torch.Tensor, *, share: int, last: bool) -> torch.Tensor:
-        """Backward of one micro-batch's loss / ``share`` (equal pieces: the mean of means is the batch's mean)."""
+    def _accumulate(self, x: torch.Tensor, y: torch.Tensor, *, share: int, weight: float, last: bool) -> torch.Tensor:
+        """Backward of one micro-batch's weighted loss / ``share`` (pieces weighted by their scored targets:
+        the mean of means is the batch's mean per scored target)."""
         with no_gradient_sync(self.wrapped, skip=not last):
-            loss = self.loss(x, y)
+            loss = self.loss(x, y, weight)
             loss = loss / share if share > 1 else loss
             (loss if self.scaler is None else self.scaler.scale(loss)).backward()
         return loss.detach()
@@ -293,8 +313,9 @@ class Trainer:
         self.model.eval()
         means = {}
         for split in ("train", "val"):
-            losses = [self.loss(x, y) for i in range(self.config.eval_batches)
-                      for x, y in self.micro_batches(split, f"eval-{split}", i)]
+            pieces = [piece for i in range(self.config.eval_batches)
+                      for piece in self.micro_batches(split, f"eval-{split}", i)]
+            losses = [self.loss(x, y, weight) for (x, y), weight in zip(pieces, self._eval_weights(split, pieces))]
             means[split] = self.world.mean(torch.stack(losses).mean())
         what = non_finite("evaluation's training loss", means["train"]) or non_finite("validation loss", means["val"])
         if what is not None:  # finite steps, then an update that overflowed
@@ -303,6 +324,16 @@ class Trainer:
                                 val_bpb=validation_bpb(self.data, means["val"]))
         self.history.evals.append(evaluation)
         return evaluation
+
+    def _eval_weights(self, split: str, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+        """``piece_weights`` of an evaluation; batches that score no target are refused rather than reported as 0."""
+        weights = self.piece_weights(pieces)
+        if not any(weights):
+            raise DataError(Problem(
+                message=f"the {self.config.eval_batches} evaluation batches of the {split} split hold no scored "
+                        "target (a response token)", hint="raise {eval_batches}, or shorten the prompts",
+                names={"eval_batches": "eval_batches"}))
+        return weights
 
     def run(self, *, on_step: Callable[[Trainer, float], None] | None = None,
             on_eval: Callable[[Trainer, Evaluation], None] | None = None) -> History:
