@@ -42,7 +42,8 @@ def _matched(model: nn.Module, pattern: str, where: tuple[str | None, str]) -> l
     hits = _role(model, pattern[len(ROLE):], where) if pattern.startswith(ROLE) else \
         [p for p in paths if _glob(pattern).fullmatch(p)]
     if not hits:
-        near = difflib.get_close_matches(pattern, list(paths), n=3, cutoff=0.4)
+        linear_paths = [p for p, module in paths.items() if isinstance(module, nn.Linear)]  # what an adapter takes
+        near = difflib.get_close_matches(pattern, linear_paths or list(paths), n=3, cutoff=0.4)
         raise _error(where, f"pattern {pattern!r} matches no module",
                      "the nearest: " + ", ".join(near) if near else "see `blockspec show` for the module paths")
     linear = [p for p in hits if isinstance(paths[p], nn.Linear)]
