@@ -180,3 +180,16 @@ def test_a_bad_target_on_the_command_line_is_one_line_and_exit_2(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"blockspec: error: {spec}: $.adapters[0].targets[0]: pattern 'blocks.*.qkv' matches no module; "
                    "the nearest: blocks.1.attn.qkv, blocks.0.attn.qkv, blocks.1.ffn.up"], err
+
+
+def test_a_checkpoint_keeps_its_adapters_and_locks_their_provider(document, registry, tmp_path):
+    from blockspec.checkpoint.directory import load, save
+
+    spec = adapted(document, registry, {"use": "dora", "targets": ["blocks.1.ffn.down"], "rank": 2})
+    model = trained(blockspec.build(spec, registry=registry, seed=0)).eval()
+    save(model, tmp_path / "ckpt")
+    loaded = load(tmp_path / "ckpt").eval()
+    assert list(loaded.adapted) == ["blocks.1.ffn.down"]
+    with torch.no_grad():
+        assert torch.equal(loaded(IDS), model(IDS))
+    assert '[lock."adapter:dora"]\ndistribution = "blockspec-adapters"' in (tmp_path / "ckpt" / "spec.toml").read_text()
