@@ -170,6 +170,9 @@ def test_show_lists_the_adapted_layers_and_the_trainable_count(tmp_path, capsys)
     assert main(["show", str(spec), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["parameters_adapter"] == 2 * 4 * (64 + 192) and len(shown["adapted"]) == 2
+    assert main(["show", str(spec), "--tree"]) == 0
+    assert "qkv              LoraLinear           N x 192             13,504  adapter:lora  blockspec-adapters" in \
+        capsys.readouterr().out
 
 
 def test_a_bad_target_on_the_command_line_is_one_line_and_exit_2(tmp_path, capsys):

@@ -291,7 +291,7 @@ def _node(model, path: str, module, shapes, owners) -> TreeNode:
     owned = sum(size for owner, size in owners.values() if _within(owner, path))
     tied = tuple(f"{_join(path, n)} -> {_join(owners[id(p)][0], n)}"
                  for n, p in module.named_parameters(recurse=False) if owners[id(p)][0] != path)
-    component = model.provenance.get(path)
+    component = model.provenance.get(path) or model.adapted.get(path)
     return TreeNode(
         path=path, module=type(module).__name__, parameters=owned, tied=tied, children=children,
         shape=_shape_text(path, module, shapes) if path else _model_shape(shapes),
