@@ -159,6 +159,14 @@ def test_a_bad_entry_is_one_line_at_its_path(document, registry, entry, expected
     assert len(found) == 1 and expected in found[0] and "\n" not in found[0], found
 
 
+@pytest.mark.parametrize("second", [["blocks.*.attn.qkv"], ["@attention"]])
+def test_a_layer_takes_one_adapter(document, registry, second):
+    found = problems(document, registry, {"use": "lora", "targets": ["blocks.0.attn.qkv"]},
+                     {"use": "dora", "targets": second})
+    assert found == ["<spec>: $.adapters[1].targets[0]: blocks.0.attn.qkv is wrapped already, by an earlier "
+                     "[[adapters]] entry; each layer takes one adapter: drop it from one of the entries"]
+
+
 def test_show_lists_the_adapted_layers_and_the_trainable_count(tmp_path, capsys):
     spec = tmp_path / "lora.toml"
     spec.write_text(EXAMPLE.read_text(encoding="utf-8") + '\n[[adapters]]\nuse = "lora"\n'

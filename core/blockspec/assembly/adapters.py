@@ -14,6 +14,7 @@ from torch import nn
 
 from blockspec.assembly.context import BuildContext
 from blockspec.errors import Problem, SpecError
+from blockspec.modules.adapter import Adapter
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import AdapterSpec
@@ -38,9 +39,13 @@ def targets(model: nn.Module, entry: AdapterSpec, k: int) -> list[str]:
 
 
 def _matched(model: nn.Module, pattern: str, where: tuple[str | None, str]) -> list[str]:
-    paths = {path: module for path, module in model.named_modules() if path}
-    hits = _role(model, pattern[len(ROLE):], where) if pattern.startswith(ROLE) else \
+    paths = _outside_adapters(model)
+    hits = [p for p in _role(model, pattern[len(ROLE):], where) if p in paths] if pattern.startswith(ROLE) else \
         [p for p in paths if _glob(pattern).fullmatch(p)]
+    wrapped = [p for p in hits if isinstance(paths[p], Adapter)]
+    if wrapped:
+        raise _error(where, f"{wrapped[0]} is wrapped already, by an earlier [[adapters]] entry",
+                     "each layer takes one adapter: drop it from one of the entries")
     if not hits:
         linear_paths = [p for p, module in paths.items() if isinstance(module, nn.Linear)]  # what an adapter takes
         near = difflib.get_close_matches(pattern, linear_paths or list(paths), n=3, cutoff=0.4)
@@ -52,6 +57,19 @@ def _matched(model: nn.Module, pattern: str, where: tuple[str | None, str]) -> l
         raise _error(where, f"pattern {pattern!r} matches no linear layer: {kinds}{', ...' if len(hits) > 3 else ''}",
                      "an adapter wraps an nn.Linear")
     return linear
+
+
+def _outside_adapters(model: nn.Module) -> dict[str, nn.Module]:
+    """Every module by path but those inside an adapter (its base_layer, its own lora_A ...): what a target may be."""
+    found: dict[str, nn.Module] = {}
+    inside: list[str] = []
+    for path, module in model.named_modules():
+        if not path or any(path.startswith(p + ".") for p in inside):
+            continue
+        found[path] = module
+        if isinstance(module, Adapter):
+            inside.append(path)
+    return found
 
 
 def _role(model: nn.Module, kind: str, where: tuple[str | None, str]) -> list[str]:
