@@ -105,7 +105,8 @@ def test_lora_and_dora_compute_peft_s_formulas():
         torch.testing.assert_close(lora(x), x @ (base.weight + delta).T + base.bias)
         weight = base.weight + 1.5 * dora.lora_B.weight @ dora.lora_A.weight
         direction = weight / weight.norm(dim=1, keepdim=True)  # (out, in), each row of length 1
-        torch.testing.assert_close(dora(x), x @ (dora.lora_magnitude_vector[:, None] * direction).T + base.bias)
+        magnitude = dora.lora_magnitude_vector[:, None]  # (out,) -> (out, 1): one scale per row
+        torch.testing.assert_close(dora(x), x @ (magnitude * direction).T + base.bias)
 
 
 def test_a_frozen_base_trains_only_the_adapters(document, registry):
@@ -120,7 +121,8 @@ def test_a_frozen_base_trains_only_the_adapters(document, registry):
     optimiser = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for _ in range(2):
         optimiser.zero_grad()
-        nn.functional.cross_entropy(model(IDS[:, :-1]).flatten(0, 1), IDS[:, 1:].flatten()).backward()
+        logits = model(IDS[:, :-1]).flatten(0, 1)  # (B, N-1, V) -> (B·(N-1), V)
+        nn.functional.cross_entropy(logits, IDS[:, 1:].flatten()).backward()  # targets (B, N-1) -> (B·(N-1),)
         optimiser.step()
     moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
     assert moved and moved <= names
