@@ -22,7 +22,7 @@ from blockspec.checkpoint import layout
 from blockspec.errors import SpecError
 from blockspec.interop.families import FAMILIES
 from blockspec.spec.convert import MODEL_WIDE, spec_to_dict
-from blockspec.spec.kinds import KIND_SUMMARIES, KINDS, PROMISE_MEANINGS, PROMISES
+from blockspec.spec.kinds import KIND_SUMMARIES, KINDS, PROMISE_MEANINGS, PROMISES, SECTIONS, WRAPPER_SECTIONS
 from blockspec.spec.schema import LAYER_KINDS, ComponentSpec, LayerSpec, ModelSpec
 from blockspec.testing.probe import probe
 from blockspec.testing.properties import PROPERTIES
@@ -55,7 +55,7 @@ def test_step_1_the_kind_and_its_promises_are_named(kind):
     assert not unexplained, missing(1, kind, f"promises {unexplained} have no PROMISE_MEANINGS entry")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SECTIONS)
 def test_step_2_the_spec_has_a_table_of_it(kind, example):
     fields = attrs.fields_dict(ModelSpec)
     assert kind in fields, missing(2, kind, "ModelSpec (spec/schema.py) has no field of its name")
@@ -67,7 +67,7 @@ def test_step_2_the_spec_has_a_table_of_it(kind, example):
                  "(spec/convert.py's MODEL_WIDE, the reason a [[layers]] entry may not vary it)")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SECTIONS)
 def test_step_3_a_spec_without_its_table_is_refused_or_gets_the_cores_default(kind, registry, example):
     document = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
     document.pop(kind, None)
@@ -84,7 +84,7 @@ def test_step_3_a_spec_without_its_table_is_refused_or_gets_the_cores_default(ki
         3, kind, "the spec read without its table does not dump back to itself (spec/convert.py's spec_to_dict)")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SECTIONS)
 def test_step_4_the_assembler_builds_it(kind, registry, example):
     model = blockspec.build(example, registry=registry, seed=0)
     built = {component.kind for component in model.provenance.values()}
@@ -93,7 +93,7 @@ def test_step_4_the_assembler_builds_it(kind, registry, example):
         assert model(torch.zeros(1, 2, dtype=torch.long)).shape[:2] == (1, 2)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SECTIONS)
 def test_step_5_the_kit_has_a_reference_partner_the_harness_can_run(kind):
     try:
         reference = partner(kind)
@@ -122,7 +122,7 @@ def test_step_7_the_conformance_kit_page_and_the_mutation_corpus_know_it(kind):
         7, kind, f"no mutation corpus module tests/verify/corpus/{kind}.py listed in KIND_MODULES")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", SECTIONS)
 def test_step_8_every_family_refuses_a_component_it_cannot_express(kind, example):
     other = ComponentSpec(kind=kind, name=NAME, distribution="blockspec.testing", config=ReferenceConfig())
     spec = attrs.evolve(example, **{kind: other})
@@ -136,6 +136,52 @@ def test_step_9_a_component_of_it_is_installed(kind, registry):
     catalogue = tomllib.loads((ROOT / "registry.toml").read_text(encoding="utf-8"))["distributions"]
     providers = {c.distribution for c in registry if c.kind == kind} & {"blockspec", *catalogue}
     assert providers, missing(9, kind, "neither the core nor a distribution in registry.toml provides one")
+
+
+# ---------------------------------------------------------------- a kind that wraps the built model
+
+
+def _wrapped(kind: str, registry, example) -> tuple[ModelSpec, object]:
+    """The example with one entry of ``kind`` around every attention's linear layers, and the component."""
+    component = next(c for c in registry if c.kind == kind and c.distribution != "blockspec.testing")
+    document = {**spec_to_dict(example), WRAPPER_SECTIONS[kind]: [
+        {"use": component.qualified_name, "targets": ["@attention"], "rank": 1}]}
+    return blockspec.structure_spec(document, registry), component
+
+
+@pytest.mark.parametrize("kind", WRAPPER_SECTIONS)
+def test_wrapper_step_2_the_spec_has_an_array_of_it_empty_by_default(kind, example):
+    section = WRAPPER_SECTIONS[kind]
+    assert section in attrs.fields_dict(ModelSpec), missing(2, kind, f"ModelSpec has no field {section!r}")
+    assert getattr(example, section) == () and section not in spec_to_dict(example), missing(
+        3, kind, f"a spec without [[{section}]] does not read as () or dumps the array")
+
+
+@pytest.mark.parametrize("kind", WRAPPER_SECTIONS)
+def test_wrapper_step_4_the_assembler_applies_it_after_the_build(kind, registry, example):
+    spec, component = _wrapped(kind, registry, example)
+    assert blockspec.structure_spec(spec_to_dict(spec), registry) == spec, missing(3, kind, "it does not round-trip")
+    model = blockspec.build(spec, registry=registry, seed=0)
+    assert model.adapted and {c.kind for c in model.adapted.values()} == {kind}, missing(
+        4, kind, "assembly/adapters.py applies none (no model.adapted entry)")
+    base = blockspec.build(example, registry=registry, seed=0)
+    ids = torch.zeros(1, 2, dtype=torch.long)
+    with torch.no_grad():
+        assert torch.equal(model(ids), base(ids)), missing(4, kind, "a fresh one changes what the model computes")
+
+
+@pytest.mark.parametrize("kind", WRAPPER_SECTIONS)
+def test_wrapper_step_5_the_harness_runs_its_contract(kind, registry):
+    components = [c for c in registry if c.kind == kind and c.distribution != "blockspec.testing"]
+    assert components and all(probe(c) is None for c in components), missing(
+        5, kind, "the harness (testing/harness.py) cannot run its contract")
+
+
+@pytest.mark.parametrize("kind", WRAPPER_SECTIONS)
+def test_wrapper_step_8_every_family_refuses_it_unmerged(kind, registry, example):
+    spec, _ = _wrapped(kind, registry, example)
+    silent = [family.name for family in FAMILIES if not any(kind in why for why in family.misfits(spec))]
+    assert not silent, missing(8, kind, f"families {silent} would export it without a word")
 
 
 UNKNOWN = "router"  # a kind no table has: each check must refuse it with its step's number

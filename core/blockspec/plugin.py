@@ -83,6 +83,10 @@ What is here:
   unknown role fails the build. Where an outer module and its child both name a parameter, the
   outer one's role wins. The core's attention and dense FFN, and the first-party plugins,
   declare theirs (GPT-2's initialisation by default); a loaded model is filled from its file.
+- Adapters: an ``adapter`` component's build gets ``ctx.target``, the built model's ``nn.Linear`` it wraps,
+  and returns an ``Adapter`` (keeps it as ``base_layer``, adds its own parameters, ``merged()`` folds
+  both into a plain ``nn.Linear``; ``linear_like(base, weight)`` makes that layer). It leaves the base's
+  ``requires_grad`` as it finds it: freezing is the trainer's choice.
 - ``tap(module, name, x)`` and ``tapping()``: how a module shows its inner stages to
   ``blockspec trace`` (docs/trace.md). ``tap`` returns ``x`` and costs a few tens of
   nanoseconds unless a trace is recording.
@@ -108,7 +112,7 @@ Conventions the core relies on (by attribute, on any module of a built model):
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
 ``Start``, ``positions``, ``embed_at``, ``rotate_at``, ``score_bias_at``, ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
-``CausalSelfAttention``, ``causal_mask``, ``declare_init``, ``InitRole``) load on first use, so a
+``CausalSelfAttention``, ``causal_mask``, ``declare_init``, ``InitRole``, ``Adapter``, ``linear_like``) load on first use, so a
 plugin that touches them only inside ``build`` (or in a module ``build`` imports) keeps
 ``blockspec list`` fast.
 """
@@ -128,6 +132,7 @@ from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_r
 if TYPE_CHECKING:
     from blockspec.assembly.initialisation import InitRole, declare_init
     from blockspec.modules.activation import Activation
+    from blockspec.modules.adapter import Adapter, linear_like
     from blockspec.modules.attention import CausalSelfAttention, causal_mask
     from blockspec.modules.feed_forward import FeedForward
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
@@ -155,6 +160,8 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "PostNormBlock": "blockspec.modules.blocks",
     "tapping": "blockspec.modules.taps",
     "declare_init": "blockspec.assembly.initialisation",
+    "Adapter": "blockspec.modules.adapter",
+    "linear_like": "blockspec.modules.adapter",
     "InitRole": "blockspec.assembly.initialisation",
 }
 
@@ -174,6 +181,7 @@ __all__ = [
     "OMIT_DEFAULT",
     "ActiveParameters",
     "Activation",
+    "Adapter",
     "Build",
     "BuildContext",
     "CausalSelfAttention",
@@ -199,6 +207,7 @@ __all__ = [
     "greater_than",
     "hookimpl",
     "in_range",
+    "linear_like",
     "one_of",
     "positions",
     "positive",

@@ -10,6 +10,7 @@ import attrs
 import torch
 from torch import nn
 
+from blockspec.assembly.adapters import apply_adapters
 from blockspec.assembly.context import BuildContext
 from blockspec.assembly.deferred_init import DeferredInit
 from blockspec.assembly.initialisation import InitPlan, check_declarations, declare_init, init_plan
@@ -89,6 +90,8 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
             model = _Assembler(spec, registry).model()
         if target.type != "meta":  # meta tensors hold no values: nothing to initialise
             _initialise(model, deferred, drawn=initialise)
+        if spec.adapters:  # after the base is final: an adapter may read its weights (DoRA's magnitude)
+            apply_adapters(model, registry)
     return model.to(dtype=dtype) if dtype is not None else model
 
 

@@ -47,3 +47,4 @@ class BuildContext:
     model: ModelConfig
     embedding: nn.Embedding
     layer: LayerParts | None = None
+    target: nn.Linear | None = None  # an adapter's: the linear layer it wraps; None for every other kind

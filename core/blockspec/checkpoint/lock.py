@@ -48,9 +48,9 @@ class LockDocument:
 
 
 def lock_of(model: Any) -> dict[str, Locked]:
-    """"kind:name" -> provider, for every component the model's provenance records."""
+    """"kind:name" -> provider, for every component the model's provenance records, and every adapter it applied."""
     lock = {}
-    for component in model.provenance.values():
+    for component in [*model.provenance.values(), *getattr(model, "adapted", {}).values()]:
         key = f"{component.kind}:{component.name}"
         lock[key] = Locked(distribution=component.distribution, version=component.version)
     return dict(sorted(lock.items()))

@@ -50,6 +50,8 @@ def _as_json(summary: ModelSummary) -> dict:
         "parameters_estimate": summary.parameters_estimate,
         "layers": [{**attrs.asdict(group), "layers": list(group.layers)} for group in summary.layers],
         "modules": [attrs.asdict(row) for row in summary.rows],
+        "adapted": [attrs.asdict(row) for row in summary.adapted],
+        "parameters_adapter": summary.parameters_adapter,
     }
 
 
@@ -60,6 +62,10 @@ def _print(summary: ModelSummary) -> None:
     print("\nlayers: each kind's component, its options as the spec gives them, and the layers that use it\n")
     n_layers = len(summary.layer_groups)
     print_table(("KIND", "COMPONENT", "OPTIONS", "LAYERS"), [_layer_cells(g, n_layers) for g in summary.layers])
+    if summary.adapted:
+        print("\nadapters: the layers [[adapters]] wrap, and each adapter's own parameters\n")
+        print_table(("MODULE", "COMPONENT", "PARAMETERS", "DISTRIBUTION"),
+                    [(r.path, r.component, f"{r.parameters:,}", r.distribution) for r in summary.adapted], right=(2,))
     _print_counts(summary)
 
 
@@ -76,6 +82,9 @@ def _print_counts(summary: ModelSummary) -> None:
     if active is not None and active != summary.parameters:
         print(f"active per token      {active:>15,}  ({active / summary.parameters:.1%}: the experts a token "
               "is routed to, and every dense part)")
+    if summary.adapted:
+        share = summary.parameters_adapter / summary.parameters
+        print(f"adapter parameters    {summary.parameters_adapter:>15,}  ({share:.2%}: what trains with the base frozen)")
     estimate = summary.parameters_estimate
     if estimate is not None:
         error = (estimate - summary.parameters) / summary.parameters if summary.parameters else 0.0

@@ -28,6 +28,16 @@ class ModuleRow:
 
 
 @frozen(kw_only=True)
+class AdaptedRow:
+    """One layer an [[adapters]] entry wraps, and the adapter's own parameters there (what trains, base frozen)."""
+
+    path: str
+    component: str  # "adapter:name"
+    distribution: str
+    parameters: int
+
+
+@frozen(kw_only=True)
 class ModelSummary:
     name: str
     parameters: int
@@ -36,6 +46,12 @@ class ModelSummary:
     layer_groups: tuple[int, ...] = ()  # per layer: which distinct configuration it has ([[layers]])
     parameters_active: int | None = None  # what one token passes through (a MoE's top_k experts); None: all
     layers: tuple[LayerGroup, ...] = ()  # each kind's components and the layers that use them
+    adapted: tuple[AdaptedRow, ...] = ()  # the layers [[adapters]] wrap; () without adapters
+
+    @property
+    def parameters_adapter(self) -> int:
+        """The adapters' own parameters: what trains when the base is frozen."""
+        return sum(row.parameters for row in self.adapted)
 
 
 def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary:
@@ -47,7 +63,16 @@ def summarize(spec: ModelSpec, registry: Registry | None = None) -> ModelSummary
     count = count_model(model)
     return ModelSummary(name=spec.model.name, parameters=count.exact, parameters_estimate=count.estimate,
                         parameters_active=count.active, rows=tuple(rows), layer_groups=layer_groups(spec),
-                        layers=layer_components(spec))
+                        layers=layer_components(spec), adapted=_adapted(model))
+
+
+def _adapted(model) -> tuple[AdaptedRow, ...]:
+    rows = []
+    for path, component in model.adapted.items():
+        own = sum(p.numel() for _, p in model.get_submodule(path).adapter_parameters())
+        rows.append(AdaptedRow(path=path, component=f"{component.kind}:{component.name}",
+                               distribution=component.distribution, parameters=own))
+    return tuple(rows)
 
 
 def layer_groups(spec: ModelSpec) -> tuple[int, ...]:
@@ -266,7 +291,7 @@ def _node(model, path: str, module, shapes, owners) -> TreeNode:
     owned = sum(size for owner, size in owners.values() if _within(owner, path))
     tied = tuple(f"{_join(path, n)} -> {_join(owners[id(p)][0], n)}"
                  for n, p in module.named_parameters(recurse=False) if owners[id(p)][0] != path)
-    component = model.provenance.get(path)
+    component = model.provenance.get(path) or model.adapted.get(path)
     return TreeNode(
         path=path, module=type(module).__name__, parameters=owned, tied=tied, children=children,
         shape=_shape_text(path, module, shapes) if path else _model_shape(shapes),

@@ -101,6 +101,9 @@ def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     problems += _norm_misfits(spec.norm, has.norm) + _activation_misfits(spec.activation, has.activations)
     if not spec.model.has_final_norm:
         problems.append("[model] final_norm = false: the family's stack ends with a norm")
+    if spec.adapters:  # the family's weights are plain linear layers: an adapter must be folded into them first
+        problems.append(f"adapter {spec.adapters[0].use!r} wraps layers the family stores as plain weights: "
+                        "merge the adapters into the base first")
     return problems
 
 

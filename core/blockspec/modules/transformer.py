@@ -67,6 +67,7 @@ class Transformer(nn.Module):
         self.embedding_scale = embedding_scale
         self.spec = spec
         self.provenance: dict[str, Component] = dict(provenance or {})
+        self.adapted: dict[str, Component] = {}  # module path -> the adapter wrapping it ([[adapters]]; assembly)
         # Hugging Face files the model came with (config.json, tokenizer files), by name: save and export_hf
         # write them back, so a model read from a source keeps them wherever it goes.
         self.carried: dict[str, bytes] = {}

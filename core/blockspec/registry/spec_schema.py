@@ -17,12 +17,13 @@ from blockspec.outputs.kinds import file_kind
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.config_schema import class_doc, config_schema, merged
 from blockspec.spec.convert import LAYERS, MODEL_WIDE, SELECTOR_MINIMUM, SELECTORS, default_uses
-from blockspec.spec.kinds import KIND_SUMMARIES, SECTIONS
+from blockspec.spec.kinds import KIND_SUMMARIES, SECTIONS, WRAPPER_SECTIONS
 from blockspec.spec.schema import LAYER_KINDS, InitConfig, ModelConfig
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 TITLE = "blockspec spec"
 USE = "use"
+TARGETS = "targets"  # what an [[adapters]] entry wraps
 # What --force may replace: a schema file this module wrote (its title is in its first lines, as schema_text puts it).
 SCHEMA_FILE = file_kind("a blockspec spec schema", signatures=(b"{",), contains=f'"title": "{TITLE}"'.encode())
 
@@ -36,6 +37,9 @@ def spec_schema(registry: Registry, *, documents: Iterable[type] = ()) -> dict[s
     properties["init"] = _described(config_schema(InitConfig), InitConfig)
     properties[LAYERS] = {"type": "array", "items": {"$ref": "#/$defs/layer"},
                           "description": "per-layer overrides, applied in order to the layers each entry selects"}
+    properties |= {section: {"type": "array", "items": {"$ref": f"#/$defs/{kind}"},
+                             "description": f"{KIND_SUMMARIES[kind]}; applied in order after the model is built"}
+                   for kind, section in WRAPPER_SECTIONS.items()}
     for document in documents:
         properties |= config_schema(document)["properties"]
     required = ["model", *(kind for kind in SECTIONS if kind not in defaults)]
@@ -54,7 +58,7 @@ def spec_schema(registry: Registry, *, documents: Iterable[type] = ()) -> dict[s
 def _definitions(registry: Registry, defaults: dict[str, str]) -> dict[str, Any]:
     """Each kind's table, each [[layers]] table of a kind, each component's fields, and the [[layers]] entry."""
     definitions: dict[str, Any] = {}
-    for kind in SECTIONS:
+    for kind in (*SECTIONS, *WRAPPER_SECTIONS):
         components = [c for c in registry if c.kind == kind]
         definitions[kind] = _kind_table(kind, components, registry, defaults.get(kind))
         definitions |= {_component_ref(c): _component_fields(c) for c in components}
@@ -98,6 +102,10 @@ def _component_fields(component: Component) -> dict[str, Any]:
     """A component's table: ``use`` and its config's fields, nothing else."""
     schema = config_schema(component.config_cls)
     schema["properties"] = {USE: {"type": "string"}, **schema["properties"]}
+    if component.kind in WRAPPER_SECTIONS:  # an [[adapters]] entry also says what it wraps
+        schema["properties"][TARGETS] = {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                                         "description": "module-path patterns (* within a segment) or @kind"}
+        schema["required"] = [*schema.get("required", []), TARGETS]
     return _described(schema, component.config_cls, f"{component.kind} {component.qualified_name}")
 
 

@@ -14,7 +14,7 @@ from blockspec.registry.catalogue import install_hint, provider_of
 from blockspec.registry.components import Component, Registry
 from blockspec.registry.policy import normalize
 from blockspec.spec import toml_read
-from blockspec.spec.convert import LAYERS, Unresolved, read_spec, read_spec_text
+from blockspec.spec.convert import ADAPTERS, LAYERS, Unresolved, read_spec, read_spec_text
 from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.schema import LAYER_KINDS, ModelSpec
 
@@ -64,6 +64,9 @@ def pinned_where_ambiguous(data: dict[str, Any], registry: Registry, prefer: Map
         pinned[LAYERS] = [{kind: _pinned(kind, table, registry, prefer) if kind in LAYER_KINDS else table
                            for kind, table in entry.items()} if isinstance(entry, dict) else entry
                           for entry in entries]
+    adapters = data.get(ADAPTERS)
+    if isinstance(adapters, list):
+        pinned[ADAPTERS] = [_pinned("adapter", entry, registry, prefer) for entry in adapters]
     return pinned
 
 

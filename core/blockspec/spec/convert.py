@@ -16,10 +16,11 @@ from attrs import frozen
 
 from blockspec.errors import Problem, SpecError, UnknownComponentError
 from blockspec.spec import toml_read as toml_guard
-from blockspec.spec.kinds import SECTIONS
+from blockspec.spec.kinds import SECTIONS, WRAPPER_SECTIONS
 from blockspec.spec.problems import close_match, did_you_mean, flatten, join, locate
 from blockspec.spec.schema import (
     LAYER_KINDS,
+    AdapterSpec,
     PLACEMENT_BLOCKS,
     ComponentChoice,
     ComponentSpec,
@@ -39,7 +40,9 @@ DEFAULT_ATTENTION = "blockspec:causal"  # pinned: a plugin that also registers "
 DEFAULT_FFN = "blockspec:dense"
 OPTIONAL_TABLES = ("init",)
 LAYERS = "layers"  # the [[layers]] array of tables: per-layer overrides
-TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, LAYERS)
+ADAPTERS = WRAPPER_SECTIONS["adapter"]  # the [[adapters]] array of tables: what wraps the built model's layers
+ARRAYS = (LAYERS, ADAPTERS)
+TOP_LEVEL = ("model", *SECTIONS, *OPTIONAL_TABLES, *ARRAYS)
 SELECTORS = ("index", "every", "offset", "from", "to")  # as written; "from"/"to" are LayerRule's start/stop
 SELECTOR_MINIMUM = {"index": 0, "every": 1, "offset": 0, "from": 0, "to": 0}  # the least layer number or step
 MODEL_WIDE = {  # kinds a [[layers]] entry may not vary, and why
@@ -144,10 +147,11 @@ class _SpecReader:
         model = self._placement(model, parts["block"], placement)
         init = self._init(data.get("init"))
         rules = _LayerReader(self, model, parts).read(data.get(LAYERS))
+        adapters = self._adapters(data.get(ADAPTERS))
         if self.problems:
             error_cls = UnknownComponentError if self.unknown_component and len(self.problems) == 1 else SpecError
             raise error_cls(self.problems)
-        return ModelSpec(model=model, init=init, source=self.file, layers=rules, **parts)
+        return ModelSpec(model=model, init=init, source=self.file, layers=rules, adapters=adapters, **parts)
 
     def problem(self, path: str, message: str, hint: str | None = None) -> None:
         self.add(Problem(path=path, message=message, hint=hint))
@@ -162,7 +166,7 @@ class _SpecReader:
             if key not in TOP_LEVEL:
                 self.problem(join("$", key), f"unknown table [{SHORT.repr(key)}]", did_you_mean(key, TOP_LEVEL))
         for key in TOP_LEVEL:
-            if key == LAYERS:
+            if key in ARRAYS:
                 if key in data and not (isinstance(data[key], list) and all(isinstance(e, dict) for e in data[key])):
                     self.problem(f"$.{key}", f"expected an array of tables [[{key}]], found {describe(data[key])}")
                 continue
@@ -221,6 +225,33 @@ class _SpecReader:
             return None
         config = self._structure(fields, component.config_cls, f"$.{kind}")
         return None if config is None else _choice(kind, use, component).of(config)
+
+    def _adapters(self, entries: Any) -> tuple[AdapterSpec, ...]:
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            return ()  # absent, or reported by _check_tables
+        found = [self._adapter(k, entry) for k, entry in enumerate(entries)]
+        return tuple(entry for entry in found if entry is not None)
+
+    def _adapter(self, k: int, entry: dict[str, Any]) -> AdapterSpec | None:
+        """One [[adapters]] entry: ``use``, ``targets`` (a non-empty array of patterns), the component's options."""
+        path, fields = f"$.{ADAPTERS}[{k}]", dict(entry)
+        use, targets = fields.pop("use", None), fields.pop("targets", None)
+        component = self._resolve("adapter", use, fields, path=join(path, "use"))
+        if targets is None:
+            typo = close_match("targets", [key for key in fields if isinstance(key, str)], cutoff=0.5)
+            self.problem(join(path, "targets"), "missing required key 'targets'",
+                         f"did you mean 'targets' for {typo!r}?" if typo else
+                         'add targets = ["blocks.*.attn.qkv"] (module paths) or ["@attention"] (a kind\'s layers)')
+            fields.pop(typo, None)
+        elif not (isinstance(targets, list) and targets and all(isinstance(t, str) and t for t in targets)):
+            self.problem(join(path, "targets"), f"expected a non-empty array of module-path patterns, "
+                                                 f"found {describe(targets)}")
+        config = self._structure(fields, component.config_cls, path) if component is not None else None
+        if config is None or not isinstance(targets, list):
+            return None
+        choice = _choice("adapter", use, component)
+        return AdapterSpec(kind="adapter", name=choice.name, distribution=choice.distribution, config=config,
+                           targets=tuple(targets))
 
     def _resolve(self, kind: str, use: Any, fields: dict[str, Any], path: str | None = None) -> Resolved | None:
         path = path or f"$.{kind}.use"
@@ -446,12 +477,20 @@ def spec_to_dict(spec: ModelSpec) -> dict[str, dict[str, Any]]:
         document["init"] = _drop_none(CONVERTER.unstructure(spec.init))
     if spec.layers:  # written only when given: specs without [[layers]] dump as before
         document[LAYERS] = [_rule_dict(rule) for rule in spec.layers]
+    if spec.adapters:  # written only when given: specs without [[adapters]] dump as before
+        document[ADAPTERS] = [_adapter_dict(entry) for entry in spec.adapters]
     return document
 
 
 def component_table(part: ComponentSpec) -> dict[str, Any]:
     """One component's table as a spec file writes it: ``use``, then the fields that say something."""
     return {"use": part.use, **_drop_none(_drop_defaults(part.config))}
+
+
+def _adapter_dict(entry: AdapterSpec) -> dict[str, Any]:
+    """One [[adapters]] entry as written: ``use``, ``targets``, then the options."""
+    table = component_table(entry)
+    return {"use": table.pop("use"), "targets": list(entry.targets), **table}
 
 
 def _rule_dict(rule: LayerRule) -> dict[str, Any]:

@@ -16,13 +16,18 @@ KIND_SUMMARIES = MappingProxyType(
         "attention": "token mixing: [B, N, d] -> [B, N, d]",
         "block": "one layer's wiring: sublayers, norms and residuals, [B, N, d] -> [B, N, d]",
         "ffn": "position-wise feed-forward network: [B, N, d] -> [B, N, d]",
+        "adapter": "wraps a built model's linear layer: [..., in] -> [..., out], trainable beside a frozen base",
     }
 )
 
 KINDS: tuple[str, ...] = tuple(KIND_SUMMARIES)
 
-# Section of the spec that selects each kind (same names, kept explicit).
-SECTIONS: tuple[str, ...] = KINDS
+# Kinds that wrap modules of the built model instead of being built into it: a spec lists them in an array of
+# tables ([[adapters]]), applied after the model is assembled, never one table that selects one component.
+WRAPPER_SECTIONS = MappingProxyType({"adapter": "adapters"})
+
+# Section of the spec that selects each built kind (same names, kept explicit).
+SECTIONS: tuple[str, ...] = tuple(kind for kind in KINDS if kind not in WRAPPER_SECTIONS)
 
 PROMISES = MappingProxyType(
     {
@@ -34,6 +39,7 @@ PROMISES = MappingProxyType(
         "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm"}),
         "block": frozenset({"residual", "causal", "parallel"}),
         "ffn": frozenset({"position_wise", "mixture"}),
+        "adapter": frozenset({"identity_at_init", "mergeable"}),
     }
 )
 
@@ -112,5 +118,8 @@ PROMISE_MEANINGS = MappingProxyType(
         ("ffn", "mixture"): ("a routed mixture of experts (router, top_k, renormalize, up, down, act, "
                              "shared_output; config fields `n_experts`, `top_k`): the output is the top-k softmax-weighted "
                              "sum of the chosen experts plus the shared part"),
+        ("adapter", "identity_at_init"): "freshly built around a linear layer, it computes exactly what that layer does",
+        ("adapter", "mergeable"): ("merged() is a plain nn.Linear that computes, in eval mode, what the adapted "
+                                   "layer computes (to float tolerance)"),
     }
 )

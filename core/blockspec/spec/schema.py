@@ -169,6 +169,18 @@ class ComponentSpec(_Named):
     config: Any
 
 
+@frozen(kw_only=True)
+class AdapterSpec(ComponentSpec):
+    """One [[adapters]] entry: the adapter component (``use`` and its options) and what it wraps.
+
+    ``targets`` are module-path patterns over the assembled model (``*`` and ``?`` within one
+    dotted segment: ``blocks.*.attn.qkv``), or ``@kind`` for every linear layer of the components
+    of that kind (``@attention``, ``@ffn``); assembly/adapters.py matches them.
+    """
+
+    targets: tuple[str, ...]
+
+
 LAYER_KINDS = ("block", "attention", "ffn", "norm", "activation", "positional")  # the kinds [[layers]] may vary
 # [model] norm_placement is an alias: each placement names the core's block of that name.
 PLACEMENT_BLOCKS: Mapping[str, str] = MappingProxyType({"pre": "blockspec:pre", "post": "blockspec:post"})
@@ -298,6 +310,7 @@ class ModelSpec:
     ffn: ComponentSpec
     init: InitConfig = InitConfig()
     layers: tuple[LayerRule, ...] = ()  # the [[layers]] entries as written; () when every layer is alike
+    adapters: tuple[AdapterSpec, ...] = ()  # the [[adapters]] entries, applied in order after the model is built
     source: str | None = field(default=None, eq=False)
     _layer_specs: tuple[LayerSpec, ...] = field(init=False, eq=False, repr=False)  # derived: layer i's
 

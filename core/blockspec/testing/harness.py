@@ -6,6 +6,7 @@ harness on one fixed case, where hypothesis may not be installed.
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,14 +24,29 @@ from blockspec.testing.errors import NotApplicable
 
 
 PER_LAYER = ("block", "ffn")  # the kinds built with a layer factory
+ADAPTER = "adapter"  # the kind built around a linear layer (``ctx.target``)
 
 
 @frozen
 class Built:
-    """A freshly built component, and the embedding its BuildContext offered (heads may tie to it)."""
+    """A freshly built component, and the embedding its BuildContext offered (heads may tie to it).
+
+    ``base``: for an adapter, an untouched copy of the linear layer it was given (None for other kinds);
+    ``given``: the ids of that layer's own parameters, which the adapter holds (as ``base_layer``'s).
+    """
 
     module: nn.Module
     embedding: nn.Embedding
+    base: nn.Linear | None = None
+    given: frozenset[int] = frozenset()
+
+
+def adapter_target(case: Case) -> nn.Linear:
+    """The linear layer an adapter is built around: d_model in, d_ff + 1 out (rectangular), each side widened
+    to the config's ``rank`` where it is smaller, so every drawn rank fits. Drawn from the current seed."""
+    rank = getattr(case.config, "rank", 1)
+    rank = rank if isinstance(rank, int) else 1
+    return nn.Linear(max(case.model.d_model, rank), max(case.model.d_ff, rank) + 1, bias=case.model.bias)
 
 
 class Zero(nn.Module):
@@ -79,15 +95,21 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         _seed(case.seed if seed is None else seed, device)
         embedding = nn.Embedding(case.model.vocab_size, case.model.d_model)
         ctx = BuildContext(model=case.model, embedding=embedding)
+        target = adapter_target(case) if component.kind == ADAPTER else None
+        base = copy.deepcopy(target)
+        given = frozenset(id(p) for p in target.parameters()) if target is not None else frozenset()
         if component.kind in PER_LAYER:
             ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers))
+        elif target is not None:
+            ctx = BuildContext(model=case.model, embedding=embedding, target=target)
         module = component.build(case.config, ctx)
     if not isinstance(module, nn.Module):
         raise AssertionError(f"build returned {type(module).__name__}, not an nn.Module")
     if case.trained:
         perturb(module, case.seed if seed is None else seed)
     dtype = dtype_of(case)
-    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype))
+    base = base.to(dtype=dtype).eval() if base is not None else None
+    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype), base, given)
 
 
 PERTURBATION = 0.5  # the noise's std, as a fraction of each tensor's root mean square ...
@@ -190,6 +212,8 @@ def inputs(kind: str, module: nn.Module, case: Case, device: str = "cpu") -> tup
         q = normal(case, b, m.n_heads, n, m.head_dim, offset=1, device=device)  # (B, h, N, hs)
         k = normal(case, b, m.kv_heads, n, m.head_dim, offset=2, device=device)  # (B, kv, N, hs)
         return normal(case, b, n, m.d_model, device=device), q, k
+    if kind == ADAPTER:
+        return (normal(case, b, n, getattr(module, "in_features", m.d_model), device=device),)  # (B, N, in)
     return (normal(case, b, n, m.d_model, device=device),)  # norm, head, attention, block, ffn: (B, N, d)
 
 

@@ -22,7 +22,7 @@ from blockspec.plugin import hookimpl
 MUTANTS = "mutants"
 UNUSUAL = "unusual"
 VERSION = "0.0"
-KIND_MODULES = ("positional", "norm", "activation", "head", "attention", "block", "ffn")
+KIND_MODULES = ("positional", "norm", "activation", "head", "attention", "block", "ffn", "adapter")
 
 # The cache path (item 1): per component, cached and uncached computation agree, start is honoured and
 # score_bias takes n_q != n_k; for a whole model, KV-cached decoding gives the uncached logits.

@@ -8,6 +8,7 @@ component, distribution and property.
 from __future__ import annotations
 
 from blockspec.testing.properties.activation import ACTIVATION
+from blockspec.testing.properties.adapter import ADAPTER
 from blockspec.testing.properties.attention import ATTENTION
 from blockspec.testing.properties.block import BLOCK
 from blockspec.testing.properties.cache import CACHE, MODEL_CACHE
@@ -21,7 +22,7 @@ from blockspec.testing.properties.rope import ROPE
 from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
-    *POSITIONAL, *ROPE, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
+    *POSITIONAL, *ROPE, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *ADAPTER, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
 )
 
 

@@ -6,7 +6,7 @@ import attrs
 import torch
 
 from blockspec.assembly.assemble import build
-from blockspec.spec.kinds import KINDS
+from blockspec.spec.kinds import SECTIONS
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.formulas import model_parameters
@@ -78,7 +78,7 @@ def check_model_parameters(component: Component, case: Case, device: str) -> Non
     real = _count(real_model)
     act = getattr(getattr(real_model.blocks[0], "ffn", None), "act", None) if len(real_model.blocks) else None
     gated = bool(getattr(act, "gated", False))
-    shares = {kind: own_parameters(_part(component, kind), case) for kind in KINDS if kind not in ("block", "ffn")}
+    shares = {kind: own_parameters(_part(component, kind), case) for kind in SECTIONS if kind not in ("block", "ffn")}
     ffn = own_parameters((component, None), case) if component.kind == "ffn" else None
     block = own_parameters((component, None), case) if component.kind == "block" else None
     formula = model_parameters(case.model, positional=shares["positional"], norm=shares["norm"],
@@ -106,8 +106,15 @@ def own_parameters(part: tuple[Component, object], case: Case) -> int:
     return sum(p.numel() for p in built.module.parameters() if p is not embedding)
 
 
+def _built_in(component: Component) -> bool:
+    """a kind a spec's table builds into the model (an adapter wraps the built model: its own properties)"""
+    return component.kind in SECTIONS
+
+
 def _causal_applies(component: Component) -> bool:
     """a causal model needs an 'lm' head and 'causal' attention"""
+    if not _built_in(component):
+        return False
     if component.kind == "head":
         return "lm" in component.promises
     if component.kind == "attention":
@@ -118,11 +125,11 @@ def _causal_applies(component: Component) -> bool:
 MODEL_SHARE = 0.25  # a whole model per example: a quarter of the budget, sizes are what varies
 
 MODEL = (
-    Property(name="model_shapes", check=check_model_shapes, share=MODEL_SHARE,
+    Property(name="model_shapes", check=check_model_shapes, share=MODEL_SHARE, when=_built_in,
              summary="in a model: every tensor from embedding to output layer is (B, N, d)"),
     Property(name="model_causal", cases=sequence_cases, check=check_model_causal, when=_causal_applies,
              share=MODEL_SHARE, weights="trained", dtypes=LEAK_DTYPES,
              summary="in a model: logits up to i ignore tokens after i"),
-    Property(name="model_parameters", check=check_model_parameters, share=MODEL_SHARE,
+    Property(name="model_parameters", check=check_model_parameters, share=MODEL_SHARE, when=_built_in,
              summary="in a model: meta count == built count == closed form"),
 )
