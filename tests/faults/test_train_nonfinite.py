@@ -166,3 +166,25 @@ def test_generate_refuses_non_finite_logits_from_finite_weights(world, capsys):
                      "--temperature", temperature]) == 2
         err = one_error_line(capsys)
         assert "logits" in err and "not finite" in err, err
+
+
+@pytest.mark.parametrize("how", ["written in place", "loaded", "replaced"])
+def test_a_weight_changed_after_a_finite_check_is_checked_again(world, how):
+    """The weights are read once per change: a second generate reads none, a changed one reads them again."""
+    from blockspec.errors import NonFiniteError
+    from blockspec.generation.tokens import generate
+
+    model, ids = blockspec.load(world / "ckpt"), torch.tensor([[1, 2]])
+    generate(model, ids, max_new_tokens=2)  # finite: checked, and remembered
+    ffn = model.blocks[0].ffn
+    name, weight = next(iter(ffn.named_parameters()))
+    with torch.no_grad():
+        if how == "written in place":
+            weight.view(-1)[0] = math.inf
+        elif how == "loaded":
+            ffn.load_state_dict({**ffn.state_dict(), name: torch.full_like(weight, math.nan)})
+        else:
+            module, _, leaf = name.rpartition(".")
+            setattr(ffn.get_submodule(module) if module else ffn, leaf, torch.nn.Parameter(torch.full_like(weight, math.nan)))
+    with pytest.raises(NonFiniteError, match=f"blocks.0.ffn.{name}"):
+        generate(model, ids, max_new_tokens=2)

@@ -44,22 +44,50 @@ def non_finite(name: str, value: float) -> str | None:
 
 
 def first_non_finite(tensors: Iterable[tuple[str, torch.Tensor]]) -> str | None:
-    """The name of the first floating tensor holding NaN or Inf; None when all are finite (one read of the device)."""
+    """The name of the first floating tensor holding NaN or Inf; None when all are finite (one read of the device).
+
+    Each tensor's sum is NaN or Inf when it holds one, and a sum reads the tensor once, where ``isfinite``
+    makes several passes and a mask: only tensors whose sum is not finite (a NaN, or finite values that
+    overflow the sum) are looked at element by element."""
     named = [(name, t.to_local() if hasattr(t, "to_local") else t) for name, t in tensors]  # FSDP: this rank's shard
     named = [(name, t) for name, t in named if t.is_floating_point() and t.numel()]
     if not named:
         return None
-    finite = torch.stack([torch.isfinite(t).all().to(named[0][1].device) for _, t in named]).tolist()  # (tensors,)
-    return next((name for (name, _), ok in zip(named, finite) if not ok), None)
+    device = named[0][1].device
+    sums = torch.stack([t.sum(dtype=torch.float32).to(device) for _, t in named])  # (tensors,)
+    suspects = [named[i] for i in torch.isfinite(sums).logical_not().nonzero()[:, 0].tolist()]
+    return next((name for name, t in suspects if not bool(torch.isfinite(t).all())), None)
 
 
 def check_finite_weights(model: torch.nn.Module, *, source: str) -> None:
-    """Refuse a model whose weights hold NaN or Inf (a diverged run's), naming the first such tensor."""
-    name = first_non_finite(model.state_dict().items())
+    """Refuse a model whose weights hold NaN or Inf (a diverged run's), naming the first such tensor.
+
+    The weights are read once per change: a model whose tensors are the ones checked last time, none written
+    since (each tensor's version counter counts its in-place writes), is not read again, so generating
+    twice from one model pays for one check."""
+    state = model.state_dict(keep_vars=True)  # the parameters themselves: their identity and counters last
+    versions = _versions(state)
+    if versions is not None and getattr(model, _CHECKED, None) == versions:
+        return
+    name = first_non_finite((key, t.detach()) for key, t in state.items())
     if name is not None:
         raise NonFiniteError(f"{source}: the weight {name} holds NaN or Inf, so nothing the model computes means "
                              "anything; retrain it (with a lower learning rate, if its training diverged)",
                              module_path=name.rpartition(".")[0])
+    if versions is not None:
+        object.__setattr__(model, _CHECKED, versions)  # not a module attribute: no state, no repr
+
+
+_CHECKED = "_blockspec_finite_versions"  # the weights (identity, storage, writes) last found finite
+
+
+def _versions(state: dict[str, torch.Tensor]) -> tuple | None:
+    """Each tensor's identity, storage and count of in-place writes; None when a tensor keeps no count
+    (an inference tensor), so the weights are read every time."""
+    try:
+        return tuple((name, id(t), t.data_ptr(), t._version) for name, t in state.items())
+    except RuntimeError:
+        return None
 
 
 def non_finite_logits(source: str) -> NonFiniteError:
