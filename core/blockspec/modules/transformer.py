@@ -73,7 +73,7 @@ class Transformer(nn.Module):
         self.carried: dict[str, bytes] = {}
 
     def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, features_only: bool = False) -> torch.Tensor:
         """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output.
 
         With a ``cache`` the keys and values of positions 0..start-1 come from it, and
@@ -82,7 +82,9 @@ class Transformer(nn.Module):
         row's positions are the slot minus its padding (``KVCache.positions``).
         ``last_only`` applies the head to the last position alone, (B, 1, |V|): what sampling
         needs, and for a long prompt the head is a large share of the work. Only for heads
-        that work position by position (those that promise "lm").
+        that work position by position (those that promise "lm"). ``features_only`` stops before the head:
+        the final norm's output (B, N, d), which a caller applies the head to in pieces (scoring a long
+        text need never hold all of its logits).
 
         ``ids`` must be an integer tensor (torch.long or torch.int32; float ids are an ``InputError``
         naming the dtype) and 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
@@ -112,6 +114,8 @@ class Transformer(nn.Module):
                 x = block(x, positional, start, layer_cache)
             cache.length = start + ids.shape[-1]
         x = tap(self, "final_norm", self.final_norm(x))
+        if features_only:
+            return x
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.head(x)
