@@ -66,6 +66,7 @@ def test_the_head_in_pieces_scores_what_the_whole_logits_score(exported, tmp_pat
     import blockspec.evaluate.perplexity as perplexity
 
     monkeypatch.setitem(perplexity.PIECE_BYTES, "cpu", piece_bytes)
+    monkeypatch.setitem(perplexity.PIECE_ROWS, "cpu", 1)
     checkpoint, back = exported
     tokenizer = CharTokenizer.from_text(TEXT)
     (tmp_path / "held-out.txt").write_text(TEXT, encoding="utf-8")
