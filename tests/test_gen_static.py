@@ -172,3 +172,18 @@ def test_an_attention_other_than_the_cores_is_refused_up_front(registry):
 def test_a_learned_table_shorter_than_the_request_is_refused_up_front(models):
     with pytest.raises(ContextLengthError, match=r"needs 17 positions.*0\.\.15"):
         StaticDecoder(models["learned"], batch_size=1, max_length=17)
+
+
+def test_a_component_that_breaks_the_graph_is_one_line_naming_where(registry):
+    """The MoE groups tokens by expert with sizes read from values: fullgraph refuses it at the first step."""
+    document = {"model": {"name": "static-moe", "vocab_size": VOCAB, "context_length": 16, "d_model": 16,
+                          "n_layers": 1, "n_heads": 2, "d_ff": 16},
+                "norm": {"use": "layernorm"}, "activation": {"use": "gelu"}, "head": {"use": "lm"},
+                "positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 2, "top_k": 1}}
+    if registry.get("ffn", "moe") is None:
+        pytest.skip("blockspec-moe not installed")
+    model = blockspec.build(blockspec.loads_spec(dumps(document), registry), registry=registry, seed=0).eval()
+    torch._dynamo.reset()
+    with pytest.raises(InputError, match=r"^compile: .*a graph break: .*moe.*drop compile=True$") as caught:
+        static_tokens(model, [[1, 2, 3]], compile=True, backend="aot_eager")
+    assert "\n" not in str(caught.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
 from blockspec.errors import ContextLengthError, InputError, Problem
 from blockspec.modules.attention import CausalSelfAttention
@@ -21,6 +22,8 @@ from blockspec.modules.transformer import Transformer
 
 __all__ = ["StaticDecoder", "check_static", "greedy"]
 
+# what fullgraph raises where a component cannot be traced whole: a graph break, a shape that depends on values
+GRAPH_BREAKS = (torch._dynamo.exc.TorchDynamoException, GuardOnDataDependentSymNode)
 Backend = str | Callable[..., object]  # torch.compile's backend: a name ("inductor", "aot_eager") or a callable
 
 
@@ -56,13 +59,20 @@ class StaticDecoder:
             torch.compiler.cudagraph_mark_step_begin()
         try:
             return self._step(tokens, slot)
-        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError) as error:  # a graph break: one line
+        except GRAPH_BREAKS as error:  # fullgraph: a component that breaks the graph, as one line
             raise InputError(Problem(path="compile", expected="a model whose decode step compiles as one graph",
-                                     found=f"a graph break: {str(error).splitlines()[0]}",
+                                     found=f"a graph break: {_first_lines(error)}",
                                      hint="drop {compile}", names={"compile": "compile=True"})) from error
 
     def _forward(self, tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         return self.model(tokens, start=slot, cache=self.cache)[:, -1]  # (B, 1, |V|) -> (B, |V|)
+
+
+def _first_lines(error: Exception) -> str:
+    """What broke and, when torch says, where ("Caused by: ... file:line in function")."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    caused = [line for line in lines[1:] if line.startswith("Caused by:")]
+    return "; ".join(lines[:1] + caused[:1])
 
 
 def _compiled(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], cache: StaticKVCache,
@@ -81,8 +91,10 @@ def check_static(model: Transformer, max_length: int) -> None:
     for path, module in model.named_modules():
         component = model.provenance.get(path)
         name = f"{component.kind} {component.name!r}" if component else type(module).__name__
-        if isinstance(module, PositionalEncoding) and (not module.tensor_positions or module.biases):
-            _refuse(path or "positional", name, "its positions are ints or it biases the scores")
+        if isinstance(module, PositionalEncoding) and not module.tensor_positions:
+            _refuse(path or "positional", name, "its hooks take int positions only")
+        if isinstance(module, PositionalEncoding) and module.biases:
+            _refuse(path or "positional", name, "a score bias, whose keys end where the queries do")
         if component is not None and component.kind == "attention" and type(module) is not CausalSelfAttention:
             _refuse(path, name, "it is not the core's causal attention, the one that reads a static cache's slots")
     limit = model.positional.max_positions
