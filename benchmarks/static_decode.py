@@ -36,7 +36,8 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
             first = greedy(compiled, prompt, NEW_TOKENS)
             compile_s = time.perf_counter() - begin
         runs = {"dynamic": lambda n: generate(model, prompt, max_new_tokens=n, temperature=0.0)[:, PROMPT_TOKENS:],
-                "static_eager": lambda n: greedy(eager, prompt, n), "static_compiled": lambda n: greedy(compiled, prompt, n)}
+                "static_eager": lambda n: greedy(eager, prompt, n),
+                "static_compiled": lambda n: greedy(compiled, prompt, n)}
         same = all(torch.equal(run(NEW_TOKENS), first) for run in runs.values())
         contenders = {f"{name}{suffix}": (lambda run=run, n=n: run(n))
                       for name, run in runs.items() for suffix, n in (("", NEW_TOKENS), ("_first", 1))}

@@ -16,7 +16,7 @@ import blockspec
 from blockspec.errors import ContextLengthError, InputError
 from blockspec.generation.ragged import pack
 from blockspec.generation.static_decode import StaticDecoder, greedy
-from blockspec.generation.tokens import generate
+from blockspec.generation.tokens import generate, sample
 from blockspec.modules.attention import CausalSelfAttention, causal_mask, slot_mask
 from blockspec.modules.kv_cache import KVCache
 
@@ -127,6 +127,29 @@ def test_an_unpadded_compiled_batch_is_one_graph_too(models):
     assert static_tokens(models["sinusoidal"], prompts, compile=True, backend=backend) == \
         dynamic_tokens(models["sinusoidal"], prompts)
     assert len(graphs) == 1
+
+
+def sampled_tokens(model, prompts: list[list[int]], seed: int, **compiled) -> list[list[int]]:
+    """NEW tokens drawn at temperature 8 with top-k from a static decoder, row r from a generator seeded
+    seed + r, as ``generate`` seeds a ragged batch: the sampling outside the graph, as the loop does it."""
+    ids, padding = pack(prompts)
+    generators = [torch.Generator().manual_seed(seed + r) for r in range(len(prompts))]
+    with torch.inference_mode():
+        decoder = StaticDecoder(model, batch_size=len(prompts), max_length=ids.shape[1] + NEW, padding=padding,
+                                **compiled)
+        token = sample(decoder.prefill(ids), temperature=8.0, top_k=8, generator=generators)  # (B, 1)
+        found = [token]
+        for t in range(NEW - 1):
+            found.append(sample(decoder.step(found[-1], torch.tensor(ids.shape[1] + t)), temperature=8.0, top_k=8,
+                                generator=generators))
+    return torch.cat(found, dim=1).tolist()  # NEW x (B, 1) -> (B, NEW)
+
+
+def test_seeded_compiled_draws_are_the_dynamic_draws(models):
+    torch._dynamo.reset()
+    found = generate(models["rope"], PROMPTS, max_new_tokens=NEW, temperature=8.0, top_k=8, seed=4)
+    expected = [row[len(prompt):].tolist() for prompt, row in zip(PROMPTS, found)]
+    assert sampled_tokens(models["rope"], PROMPTS, 4, compile=True, backend="aot_eager") == expected
 
 
 @pytest.fixture
