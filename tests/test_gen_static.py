@@ -7,7 +7,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tomli_w import dumps
 from torch._dynamo.backends.registry import lookup_backend
@@ -102,10 +102,13 @@ def step_logits(model, prompts: list[list[int]], following: torch.Tensor, static
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "dynamic"])
-@pytest.mark.parametrize("prompts", [PROMPTS[:1] * 2, PROMPTS], ids=["equal", "ragged"])
-def test_each_static_step_gives_the_dynamic_logits(models, kind, prompts):
+@given(prompts=st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8), min_size=1, max_size=3),
+       steps=st.integers(1, 7), seed=st.integers(0, 2**16))
+@example(prompts=PROMPTS[:1] * 2, steps=NEW, seed=1).via("equal rows: no padding, no key mask")
+@example(prompts=PROMPTS, steps=NEW, seed=1).via("a ragged batch")
+def test_each_static_step_gives_the_dynamic_logits(models, kind, prompts, steps, seed):
     """Sharper than the tokens: an unwritten slot seen, or a window off by one, moves the logits."""
-    following = torch.randint(VOCAB, (len(prompts), NEW), generator=torch.Generator().manual_seed(1))
+    following = torch.randint(VOCAB, (len(prompts), steps), generator=torch.Generator().manual_seed(seed))
     torch.testing.assert_close(step_logits(models[kind], prompts, following, static=True),
                                step_logits(models[kind], prompts, following, static=False), rtol=1e-5, atol=1e-5)
 
