@@ -13,6 +13,8 @@ from benchmarks.timing import interleave, paired_ratio
 
 PROMPT_TOKENS = 16
 NEW_TOKENS = 48  # prompt + new tokens fit the tiny model's 64-position table
+RAGGED_LENGTHS = (3, 5, 8, 11, 14, 17, 20, 24)  # a ragged batch: 8 prompts, each of its own length
+RAGGED_NEW_TOKENS = 32  # the longest prompt + these fit the tiny model's 64 positions: the cached path throughout
 
 
 def hf_greedy(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
@@ -48,9 +50,36 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
         timings = interleave({"blockspec": lambda: greedy(model, prompt, NEW_TOKENS),
                               "hf": lambda: hf_greedy(hf, prompt, NEW_TOKENS)}, rounds=rounds, warmup=1)
     return {
+        "ragged": ragged(model, spec.model.vocab_size, rounds),
         "status": "measured", "same_tokens": same, "new_tokens": NEW_TOKENS, "prompt_tokens": PROMPT_TOKENS,
         "tokens_per_s": {name: NEW_TOKENS / t.median for name, t in timings.items()},
         "timings": {name: t.as_dict() for name, t in timings.items()},
         "time_ratio": timings["blockspec"].median / timings["hf"].median,
         "time_ratio_paired": paired_ratio(timings["blockspec"], timings["hf"]),
+    }
+
+
+def ragged(model: torch.nn.Module, vocab_size: int, rounds: int) -> dict[str, object]:
+    """A ragged batch of 8 prompts in one call against the same 8 generated one by one, greedy, same weights."""
+    from blockspec.generation.tokens import generate
+
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, vocab_size, (n,), generator=generator).tolist() for n in RAGGED_LENGTHS]
+
+    def batched() -> list[list[int]]:
+        rows = generate(model, prompts, max_new_tokens=RAGGED_NEW_TOKENS, temperature=0.0)
+        return [row.tolist() for row in rows]
+
+    def one_by_one() -> list[list[int]]:
+        return [generate(model, torch.tensor([p]), max_new_tokens=RAGGED_NEW_TOKENS, temperature=0.0)[0].tolist()
+                for p in prompts]
+
+    with torch.no_grad():
+        same = batched() == one_by_one()
+        timings = interleave({"ragged": batched, "one_by_one": one_by_one}, rounds=rounds, warmup=1)
+    return {
+        "prompt_lengths": list(RAGGED_LENGTHS), "new_tokens": RAGGED_NEW_TOKENS, "same_tokens": same,
+        "timings": {name: t.as_dict() for name, t in timings.items()},
+        "speedup": timings["one_by_one"].median / timings["ragged"].median,
+        "speedup_paired": paired_ratio(timings["one_by_one"], timings["ragged"]),
     }

@@ -94,6 +94,18 @@ def generation_rows(results: dict[str, object]) -> list[str]:
     return rows
 
 
+def ragged_rows(results: dict[str, object]) -> list[str]:
+    rows = []
+    for name, data in results["cases"].items():
+        r = (data.get("generation") or {}).get("ragged")
+        if not r:
+            continue
+        ok = "ok" if r["speedup"] >= 3.0 else "MISS"
+        rows.append(f"| {name} | {_ms(r['timings']['ragged'])} | {_ms(r['timings']['one_by_one'])} | "
+                    f"{r['speedup']:.2f} (paired {r['speedup_paired']:.2f}) {ok} (>= 3.00) | {r['same_tokens']} |")
+    return rows
+
+
 def eval_rows(results: dict[str, object]) -> list[str]:
     rows = []
     for name, data in results["cases"].items():
@@ -165,6 +177,9 @@ def markdown(results: dict[str, object]) -> str:
         ("KV-cache generation, greedy, batch 1 (tokens/s)",
          ["| case | status | blockspec | Hugging Face generate | ratio | same tokens |",
           "| --- | --- | --- | --- | --- | --- |"], generation_rows),
+        ("Ragged batch: 8 prompts of different lengths in one batch vs one by one, greedy (ms per 8 prompts)",
+         ["| case | ragged batch | one by one | speedup | same tokens |", "| --- | --- | --- | --- | --- |"],
+         ragged_rows),
         ("blockspec eval vs a bare batched forward pass over the same windows (tokens/s)",
          ["| case | eval | bare forward | ratio |", "| --- | --- | --- | --- |"], eval_rows),
         ("Graph breaks", [], graph_break_lines),

@@ -63,3 +63,12 @@ def test_report_marks_a_missed_target():
     big, tiny = report.speed_rows("gpt2-small", data), report.speed_rows(report.SMALL, data)
     assert "1.040 MISS (<= 1.02)" in big[0] and "0.500 ok (<= 0.95)" in big[0]
     assert "1.040 ok (<= 1.05)" in tiny[0] and "0.500 ok (<= 0.80)" in tiny[0]
+
+
+def test_report_marks_a_ragged_batch_under_3x_as_missed():
+    timing = {"median_s": 1.0, "min_s": 1.0, "max_s": 1.0, "rounds": 1}
+    ragged = {"timings": {"ragged": timing, "one_by_one": timing}, "same_tokens": True}
+    results = {"cases": {"fast": {"generation": {"ragged": {**ragged, "speedup": 8.8, "speedup_paired": 8.2}}},
+                         "slow": {"generation": {"ragged": {**ragged, "speedup": 2.9, "speedup_paired": 3.1}}}}}
+    fast, slow = report.ragged_rows(results)
+    assert "8.80 (paired 8.20) ok (>= 3.00)" in fast and "2.90 (paired 3.10) MISS (>= 3.00)" in slow

@@ -96,16 +96,17 @@ KINDS: dict[str, dict] = {  # name -> the spec's tables beyond [model]
     "window": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sliding_window": 3}},
     "softcap": {"positional": {"use": "alibi"}, "attention": {"use": "causal", "logit_softcap": 2.0}},
     "moe": {"positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 4, "top_k": 2}},
+    "parallel": {"positional": {"use": "sinusoidal"}, "block": {"use": "parallel"}},  # a plugin's block, unchanged
 }
 
 
 def kind_spec(name: str, registry) -> blockspec.ModelSpec | None:
-    """The tiny spec of one kind, or None when its positional component is not installed."""
+    """The tiny spec of one kind, or None when one of its components is not installed."""
     tables = dict(KINDS[name])
     model = {"name": f"ragged-{name}", "vocab_size": VOCAB, "context_length": tables.pop("context_length", 24),
              "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "d_ff": 48}
-    if registry.get("positional", tables["positional"]["use"]) is None:
-        return None
+    if any(registry.get(kind, table["use"]) is None for kind, table in tables.items() if kind != "attention"):
+        return None  # a component not installed
     document = {"model": model, "norm": {"use": "layernorm"}, "activation": {"use": "gelu"},
                 "head": {"use": "lm"}, **tables}
     return blockspec.loads_spec(dumps(document), registry)
@@ -231,16 +232,19 @@ def test_where_no_cache_serves_runs_of_equal_length_give_the_same_tokens(models,
     assert [row.tolist() for row in together] == solo_tokens(models["learned"], prompts, new_tokens, **options)
 
 
-def test_a_ragged_stream_stops_each_row_as_alone(models):
+@pytest.mark.parametrize("use_cache", [True, False])  # False: runs of one length, interleaved
+def test_a_ragged_stream_stops_each_row_as_alone(models, use_cache):
     model, prompts = models["rope"], [[3, 1, 4, 1, 5], [9], [2, 6]]
     alone = solo_tokens(model, prompts, 8, temperature=0.0)
     stop = alone[1][2]  # the second row's first new token stops it at once
-    together = generate(model, prompts, max_new_tokens=8, temperature=0.0, stop_ids=[stop])
+    pad = min(set(range(VOCAB)) - {t for row in alone for t in row})  # never drawn: the first stop id pads
+    stops = dict(stop_ids=[pad, stop], temperature=0.0, max_new_tokens=8)
+    together = generate(model, prompts, use_cache=use_cache, **stops)
     for row, prompt in zip(together, prompts):
         new = row[len(prompt):].tolist()
-        solo = generate(model, torch.tensor([prompt]), max_new_tokens=8, temperature=0.0, stop_ids=[stop])[0]
+        solo = generate(model, torch.tensor([prompt]), **stops)[0]
         assert new[:len(solo) - len(prompt)] == solo[len(prompt):].tolist()
-        assert set(new[len(solo) - len(prompt):]) <= {stop}  # finished rows repeat the stop id
+        assert set(new[len(solo) - len(prompt):]) <= {pad}  # a finished row repeats the first stop id
 
 
 @pytest.mark.parametrize("bad, found", [([], "[]"), ([[1, 2], []], "no tokens"), ([[1, 2.5]], "[1, 2.5]"),
@@ -255,3 +259,11 @@ def test_the_penalties_do_not_count_padding_as_prompt():
     ids, padding = left_padded([[3, 4], [5, 6, 7]])  # row 0 is padded with id 0, which it never saw
     seen = TokenCounts.start(ids, 8, padding=padding).seen()
     assert seen[0].nonzero().flatten().tolist() == [3, 4] and seen[1].nonzero().flatten().tolist() == [5, 6, 7]
+
+
+def test_the_largest_seed_still_seeds_every_row(models):
+    """Row r draws with seed + r, wrapped past 2**64 - 1: the largest seed a solo run takes serves a batch too."""
+    ids = torch.tensor([[1, 2], [3, 4]])
+    together = generate(models["rope"], ids, max_new_tokens=3, temperature=8.0, seed=2**64 - 1)
+    alone = generate(models["rope"], ids[1:], max_new_tokens=3, temperature=8.0, seed=0)
+    assert together[1].tolist() == alone[0].tolist()

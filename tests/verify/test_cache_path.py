@@ -3,7 +3,8 @@ names them, and every first-party and blockspec-extras component passes.
 
 The bugs (tests/verify/broken/, distribution broken-dist): a T5 bias that assumes as many queries as keys,
 sinusoidal positions whose embed ignores ``start``, a RoPE table computed for start + 1 past the context,
-and an attention that drops its mask whenever a cache is passed.
+and an attention that drops its mask whenever a cache is passed; for ragged (left-padded) batches, an
+attention that sees the padding keys and one that turns q and k at the slot, not the row's position.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from tests.verify.broken import DISTRIBUTION, VERSION
 from tests.verify.conftest import broken_module
 
 MAX_EXAMPLES = 25
-CACHE_BUGS = ("square_t5_bias", "startless_sinusoidal", "shifted_rope", "maskless_cache_attention")
-CACHE_PROPERTIES = ("cache_positions", "cache_attention", "model_cache")
+CACHE_BUGS = ("square_t5_bias", "startless_sinusoidal", "shifted_rope", "maskless_cache_attention",
+              "padding_blind_attention")
+CACHE_PROPERTIES = ("cache_positions", "cache_attention", "cache_padding", "model_cache")
 
 CAUGHT = [  # component, the cache property that must fail, what the message must say
     ("positional:square_t5_bias", "cache_positions", "score_bias(1, "),
@@ -41,12 +43,16 @@ CAUGHT = [  # component, the cache property that must fail, what the message mus
     ("positional:shifted_rope", "model_cache", "through a KVCache"),
     ("attention:maskless_cache", "cache_attention", "through a LayerCache"),
     ("attention:maskless_cache", "model_cache", "through a KVCache"),
+    ("attention:padding_blind", "cache_padding", "through a LayerCache with padding"),  # a ragged batch
+    ("attention:slot_positions", "cache_padding", "through a LayerCache with padding"),
 ]
 PASSED_BEFORE = [  # each bug keeps every promise the kit checked before the cache path: only it catches them
     ("positional:square_t5_bias", ("contract", "relative", "context_limit", "model_causal")),
     ("positional:startless_sinusoidal", ("contract", "relative", "context_limit", "model_causal")),
     ("positional:shifted_rope", ("contract", "relative", "rotation_norms", "context_limit", "model_causal")),
     ("attention:maskless_cache", ("contract", "causal", "weights", "model_causal")),
+    ("attention:padding_blind", ("contract", "causal", "weights", "cache_attention", "model_cache")),
+    ("attention:slot_positions", ("contract", "causal", "weights", "cache_attention", "model_cache")),
 ]
 FIRST_PARTY = ("blockspec", "blockspec-positional", "blockspec-blocks", "blockspec-extras")
 

@@ -137,14 +137,15 @@ def generate_stream(
                        vocab_limit=vocab_limit, source=source, memory_check=memory_check, stop_ids=stop_ids,
                        stop_strings=stop_strings, decode=decode)
         return interleaved([(rows, generate_stream(model, ids[rows.start:rows.stop, int(padding[rows.start]):],
-                                                   seed=None if seed is None else seed + rows.start, **options))
+                                                   seed=None if seed is None else row_seed(seed, rows.start), **options))
                             for rows in runs(padding)], batch, stop_ids[0] if stop_ids else None)
     length = n_prompt + max_new_tokens if window is None else min(n_prompt + max_new_tokens, window)
     if memory_check:  # first: the estimate reads no weight
         _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
     check_finite_weights(model, source=source)
     cache = KVCache.for_model(model, batch_size=batch, max_length=length, padding=padding) if cached else None
-    generator = None if seed is None else [torch.Generator(ids.device).manual_seed(seed + r) for r in range(batch)]
+    generator = None if seed is None else [torch.Generator(ids.device).manual_seed(row_seed(seed, r))
+                                           for r in range(batch)]
     settings = _Settings(filters=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                                       frequency_penalty=frequency_penalty),
@@ -260,6 +261,11 @@ def _drawn(logits: torch.Tensor, *, temperature: float, top_k: int | None, top_p
     if generator is None or isinstance(generator, torch.Generator):
         return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
     return torch.cat([torch.multinomial(probs[r:r + 1], 1, generator=g) for r, g in enumerate(generator)])  # (B, 1)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """Row ``row``'s seed: seed + row, wrapped past the largest seed (2**64 - 1) to 0.."""
+    return seed + row if seed + row < 2**64 else seed + row - 2**64
 
 
 def _device_of(model: Transformer) -> torch.device:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -127,7 +127,8 @@ class CausalSelfAttention(nn.Module):
         bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
         if tapping():
             self.tap_weights(q, k, bias, keys, slots)
-        y = tap(self, "heads", self.attend(q, k, v, bias, keys, slots))  # (B, h, N, hs)
+        # keys and slots only when there are some: a subclass's attend(q, k, v, bias) keeps serving unpadded batches
+        y = tap(self, "heads", self.attend(q, k, v, bias, *given(keys, slots)))  # (B, h, N, hs)
         batch, n_tokens = x.shape[:2]
         y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
         return tap(self, "out", self.proj(y))
@@ -193,13 +194,13 @@ class CausalSelfAttention(nn.Module):
                                                   scale=scale)
         if plain and n_q == 1:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa, scale=scale)
-        mask = self.mask(n_q, n_k, q, keys, slots)
+        mask = self.full_mask(n_q, n_k, q, keys, slots)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
 
-    def mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None,
-             slots: Slots | None = None) -> torch.Tensor:
+    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None,
+                  slots: Slots | None = None) -> torch.Tensor:
         """The additive mask (n_q, n_k), or (B, 1, n_q, n_k) with the cache's ``keys``: causal, windowed, and
         no padding key seen; from a static cache's ``slots`` when it reports them."""
         if slots is None:
@@ -216,7 +217,7 @@ class CausalSelfAttention(nn.Module):
             tap(self, "score_bias", batched_bias(bias, q.shape[0]))
         if self.logit_softcap is not None:
             tap(self, "scores", self.scores(q, k, bias))
-        tap(self, "weights", self.weights(q, k, bias, keys, slots))
+        tap(self, "weights", self.weights(q, k, bias, *given(keys, slots)))
 
     def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
         """(B, kv, N, hs) -> (B, h, N, hs): each kv head serves n_heads / n_kv_heads query heads."""
@@ -241,7 +242,16 @@ class CausalSelfAttention(nn.Module):
                 keys: torch.Tensor | None = None, slots: Slots | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
         scores = self.scores(q, k, bias)
-        return (scores + self.mask(q.shape[-2], k.shape[-2], q, keys, slots)).softmax(dim=-1)
+        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)).softmax(dim=-1)
+
+
+def given(*optional: torch.Tensor | Slots | None) -> tuple[Any, ...]:  # Any: each keeps its parameter's type
+    """Optional trailing arguments up to the last one given: a subclass whose ``attend`` or ``weights``
+    predates them is called as before wherever they are None."""
+    end = len(optional)
+    while end and optional[end - 1] is None:
+        end -= 1
+    return optional[:end]
 
 
 def _across_heads(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

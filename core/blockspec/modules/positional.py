@@ -77,15 +77,17 @@ def embed_at(positional: PositionalEncoding, x: torch.Tensor, start: Start) -> t
     if isinstance(start, int) or positional.tensor_positions:
         return positional.embed(x, start)  # type: ignore[arg-type]  # the flag says it takes tensors
     starts = _row_starts(start)
-    if start.dim() == 0:
-        return positional.embed(x, starts[0]) if starts[0] >= 0 else _embed_row(positional, x, starts[0])
+    if start.dim() == 0:  # one start for every row
+        return _embed_row(positional, x, starts[0])
     rows = [_embed_row(positional, x[r:r + 1], s) for r, s in enumerate(starts)]  # each (1, N, d)
     return torch.cat(rows, dim=0)  # B x (1, N, d) -> (B, N, d)
 
 
 def _embed_row(positional: PositionalEncoding, x: torch.Tensor, start: int) -> torch.Tensor:
-    """One row's embed at an int start; tokens at negative positions (padding) pass unchanged."""
+    """Rows sharing an int start; tokens at negative positions (padding) pass unchanged."""
     pads = _pads(start, x.shape[-2])
+    if pads == 0:
+        return positional.embed(x, start)
     if pads == x.shape[-2]:
         return x
     return torch.cat((x[:, :pads], positional.embed(x[:, pads:], max(start, 0))), dim=1)  # (1, N, d)
@@ -97,16 +99,18 @@ def rotate_at(positional: PositionalEncoding, q: torch.Tensor, k: torch.Tensor,
     if isinstance(start, int) or positional.tensor_positions:
         return positional.rotate(q, k, start)  # type: ignore[arg-type]
     starts = _row_starts(start)
-    if start.dim() == 0:
-        starts = starts * q.shape[0]
+    if start.dim() == 0:  # one start for every row
+        return _rotate_row(positional, q, k, starts[0])
     rows = [_rotate_row(positional, q[r:r + 1], k[r:r + 1], s) for r, s in enumerate(starts)]
     return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])  # B x (1, h, N, hs) -> (B, h, N, hs)
 
 
 def _rotate_row(positional: PositionalEncoding, q: torch.Tensor, k: torch.Tensor,
                 start: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One row's rotation at an int start; tokens at negative positions (padding) stay unturned."""
+    """Rows sharing an int start; tokens at negative positions (padding) stay unturned."""
     pads = _pads(start, q.shape[-2])
+    if pads == 0:
+        return positional.rotate(q, k, start)
     if pads == q.shape[-2]:
         return q, k
     turned_q, turned_k = positional.rotate(q[..., pads:, :], k[..., pads:, :], max(start, 0))

@@ -28,6 +28,7 @@ KIND_MODULES = ("positional", "norm", "activation", "head", "attention", "block"
 # score_bias takes n_q != n_k; for a whole model, KV-cached decoding gives the uncached logits.
 CACHE_POSITIONS = "cache_positions"
 CACHE_ATTENTION = "cache_attention"
+CACHE_PADDING = "cache_padding"  # a ragged (left-padded) batch through the cache: each row as alone
 MODEL_CACHE = "model_cache"
 # Properties that issue 15 adds to the kit, under the names the mutants expect: renamed here in one
 # place if they land under others. DTYPES: half-precision inputs keep their dtype (item 3).

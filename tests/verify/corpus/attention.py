@@ -9,7 +9,7 @@ from blockspec.assembly import builtin
 from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.modules.attention import CausalSelfAttention, causal_mask
 from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding
-from tests.verify.corpus import CACHE_ATTENTION, RELATIVE_ATTENTION, Corpus, declared
+from tests.verify.corpus import CACHE_ATTENTION, CACHE_PADDING, RELATIVE_ATTENTION, Corpus, declared
 
 CORPUS = Corpus()
 CAUSAL = declared(builtin, "attention", "causal")
@@ -36,17 +36,23 @@ class HandMasked(CausalSelfAttention):
     def mask(self, n_q: int, n_k: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         return causal_mask(n_q, n_k, device, dtype, window=self.sliding_window)  # (n_q, n_k)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    def padded(self, mask: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+        """The mask (n_q, n_k) with a ragged batch's padding keys hidden: (B, 1, n_q, n_k)."""
+        return mask if keys is None else mask.masked_fill(~keys, float("-inf"))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0
         if self.logit_softcap is not None:
-            return F.dropout(self.weights(q, k, bias), p=dropout) @ self._repeat_kv(v)  # (B, h, N_q, hs)
-        mask = self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+            return F.dropout(self.weights(q, k, bias, keys), p=dropout) @ self._repeat_kv(v)  # (B, h, N_q, hs)
+        mask = self.padded(self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype), keys)
         mask = mask if bias is None else bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=self.query_scale,
                                               enable_gqa=self.n_kv_heads != self.n_heads)
 
-    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        scores = self.scores(q, k, bias) + self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype)
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None) -> torch.Tensor:
+        scores = self.scores(q, k, bias) + self.padded(self.mask(q.shape[-2], k.shape[-2], q.device, q.dtype), keys)
         return scores.softmax(dim=-1)  # (B, h, N_q, N_k)
 
 
@@ -101,6 +107,11 @@ class CacheDropsMask(CausalSelfAttention):
         return self.proj(y.transpose(1, 2).reshape(*x.shape[:2], -1))  # (B, h, N, hs) -> (B, N, h·hs)
 
 
+class PaddingKeysSeen(HandMasked):
+    def padded(self, mask: torch.Tensor, keys: torch.Tensor | None) -> torch.Tensor:
+        return mask  # BUG: the cache's key mask ignored, a ragged batch's padding keys attended to
+
+
 class CapAfterMask(CausalSelfAttention):
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device, q.dtype, window=self.sliding_window)
@@ -138,6 +149,8 @@ CORPUS.mutant("attention", "rotate_from_zero", CausalAttentionConfig, attention_
               catches=CACHE_ATTENTION, bug="start is not passed to rotate(): a cached chunk is rotated from position 0")
 CORPUS.mutant("attention", "cache_drops_mask", CausalAttentionConfig, attention_as(CacheDropsMask), like=CAUSAL,
               catches=CACHE_ATTENTION, bug="no causal mask whenever a cache is passed, right only for one token at a time")
+CORPUS.mutant("attention", "padding_keys_seen", CausalAttentionConfig, attention_as(PaddingKeysSeen), like=CAUSAL,
+              catches=CACHE_PADDING, bug="a ragged batch's padding keys attended to: the cache's key_mask ignored")
 CORPUS.mutant("attention", "cap_after_mask", CausalAttentionConfig, attention_as(CapAfterMask), like=CAUSAL,
               catches="causal", bug="logit_softcap applied after the mask: masked scores become -cap, not -inf")
 CORPUS.mutant("attention", "qk_norm_no_sqrt", CausalAttentionConfig, attention_as(QKNormNoSqrt), like=CAUSAL,

@@ -6,6 +6,7 @@ check here feeds positions 0..T-1 that way (a ``CacheCase``: a prefix, then chun
 each call's output with the same rows of one uncached call over all T positions. T reaches past
 the context length and past the tables components keep, where cache bugs live. Parameters are
 perturbed first, as training leaves them: a promise about the cache holds for every value.
+``cache_padding`` decodes a left-padded (ragged) batch the same way, each row against that row alone.
 """
 
 from __future__ import annotations
@@ -222,6 +223,36 @@ def check_relative_attention(component: Component, case: CacheCase, device: str)
                  "encoder: scores depend on offsets only)", **tolerance(case))
 
 
+def paddings(case: CacheCase) -> list[int]:
+    """Each row's left padding in ``check_cache_padding``: row 0 none (the longest prompt), the others drawn
+    from the case's seed, each leaving at least one real position."""
+    rows = case.batch + 1
+    return [0] + [(case.seed * (2 * r + 3) + r) % case.length for r in range(1, rows)]
+
+
+def check_cache_padding(component: Component, case: CacheCase, device: str) -> None:
+    """A ragged batch: rows left-padded by different amounts, decoded through a ``LayerCache`` that carries the
+    padding (the prefix, then chunks), give each row's outputs of that row alone in one uncached call."""
+    module = build_isolated(component, case, device=device).module
+    perturb(module, case.seed)
+    encoder = reference_encoder(case, device)
+    pads = paddings(case)
+    x = normal(case, len(pads), case.length, case.model.d_model, device=device)  # (B, T, d)
+    padding = torch.tensor(pads, device=device)
+    shape = (len(pads), case.model.kv_heads, case.length + SLACK, case.model.head_dim)
+    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape), padding)
+    with torch.no_grad():
+        alone = [module(x[r:r + 1, pad:], encoder, 0)[0] for r, pad in enumerate(pads)]  # each (T - pad, d)
+        parts = [(first, end, module(x[:, first:end], encoder, first, cache)) for first, end in case.calls()]
+    for first, end, part in parts:
+        for row, pad in enumerate(pads):
+            real = max(first, pad)  # the call's first real position of this row (slots below pad are padding)
+            if real < end:
+                assert_close(part[row, real - first:], alone[row][real - pad:end - pad],
+                             f"row {row} (left padding {pad}) at slots {real}..{end - 1} through a LayerCache "
+                             f"with padding {pads} ({case.encoder} encoder) vs that row alone", **tolerance(case))
+
+
 # ---- a whole model, as generation runs it ----
 
 def check_model_cache(component: Component, case: CacheCase, device: str) -> None:
@@ -248,6 +279,8 @@ CACHE = (
              summary="each hook per prefix and chunk at its start = rows of one call at 0; score_bias(n_q, n_k)"),
     Property(name="cache_attention", kind="attention", promise="causal", check=check_cache_attention,
              cases=_near_cases, summary="decoded through a LayerCache in chunks = one uncached call"),
+    Property(name="cache_padding", kind="attention", promise="causal", check=check_cache_padding,
+             cases=_near_cases, summary="a left-padded batch through a LayerCache with its padding = each row alone"),
     Property(name="relative_attention", kind="attention", check=check_relative_attention, cases=_near_cases,
              summary="with a relative (RoPE) encoder, outputs at positions start.. = outputs at 0.."),
 )
