@@ -20,10 +20,12 @@ sys.path.insert(0, str(HERE.parent))  # run as a script: the repository root hol
 import torch  # noqa: E402
 
 import blockspec  # noqa: E402
-from benchmarks import cases, compiled, evaluation, generation, graph_breaks, memory, registry_costs, report, speed  # noqa: E402
+from benchmarks import (cases, compiled, evaluation, generation, graph_breaks, memory, registry_costs, report,  # noqa: E402
+                        speed, static_decode)
 
-SECTIONS = ("speed", "memory", "build", "generation", "eval", "registry", "graph_breaks", "compile")  # the order they run in
-CASE_SECTIONS = ("speed", "memory", "build", "generation", "eval", "compile")
+SECTIONS = ("speed", "memory", "build", "generation", "eval", "registry", "graph_breaks", "compile",
+            "static_decode")  # the order they run in
+CASE_SECTIONS = ("speed", "memory", "build", "generation", "eval", "compile", "static_decode")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,6 +56,7 @@ def case_steps(case: cases.Case, registry: blockspec.Registry, scale: float, thr
         "memory": lambda: memory.compare(case.name, threads, case.memory_repeats),
         "generation": lambda: generation.compare(case, registry, max(3, rounds // 3)),
         "compile": lambda: compiled.compare(case, registry, max(3, rounds // 2)),
+        "static_decode": lambda: static_decode.compare(case, registry, max(3, rounds // 3)),
         "eval": lambda: evaluation.compare(case, registry, max(3, rounds // 3)),
     }
 

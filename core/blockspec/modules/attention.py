@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +12,8 @@ from torch import nn
 from blockspec.modules.kv_cache import LayerCache
 from blockspec.modules.positional import PositionalEncoding, Start, rotate_at, score_bias_at
 from blockspec.modules.taps import tap, tapping
+
+Slots = tuple[torch.Tensor, torch.Tensor]  # a static cache's query slots (N_q,) and key slots (N_k,)
 
 
 def qkv_split_sizes(n_heads: int, n_kv_heads: int, head_dim: int) -> tuple[int, int, int]:
@@ -113,19 +115,20 @@ class CausalSelfAttention(nn.Module):
         """x (B, N, d) at positions start..; with a cache, attends to the stored prefix too.
 
         With a cache of a ragged batch ``start`` is the shared slot: the cache gives each row's positions
-        and the padding keys to hide (``LayerCache.positions``, ``key_mask``)."""
+        and the padding keys to hide (``LayerCache.positions``, ``key_mask``). A static cache
+        (``StaticLayerCache``) returns all its slots, and their slots for the causal mask (``slots``)."""
         at = start if cache is None else cache.positions(start)
         q, k, v = self.project(x, positional, at)
-        keys = None
+        keys = slots = None
         if cache is not None:
             keys = cache.key_mask(start, q.shape[-2])  # None: every stored key is a real one
-            k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each
+            slots = cache.slots(start, q.shape[-2])  # None: the keys end where the queries do
+            k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each; (B, kv, T_max, hs) when static
         bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
         if tapping():
-            self.tap_weights(q, k, bias, keys)
-        # keys only when there are some to hide: a subclass's attend(q, k, v, bias) keeps serving unpadded batches
-        y = self.attend(q, k, v, bias) if keys is None else self.attend(q, k, v, bias, keys)  # (B, h, N, hs)
-        y = tap(self, "heads", y)
+            self.tap_weights(q, k, bias, keys, slots)
+        # keys and slots only when there are some: a subclass's attend(q, k, v, bias) keeps serving unpadded batches
+        y = tap(self, "heads", self.attend(q, k, v, bias, *given(keys, slots)))  # (B, h, N, hs)
         batch, n_tokens = x.shape[:2]
         y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
         return tap(self, "out", self.proj(y))
@@ -166,10 +169,11 @@ class CausalSelfAttention(nn.Module):
         return self.head_dim**-0.5 if self.query_scale is None else self.query_scale
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-               keys: torch.Tensor | None = None) -> torch.Tensor:
+               keys: torch.Tensor | None = None, slots: Slots | None = None) -> torch.Tensor:
         """SDPA of q (B, h, N_q, hs) over k, v (B, kv, N_k, hs), the queries being the last N_q positions.
 
-        ``keys``: the cache's ``key_mask`` (B, 1, N_q, N_k) of a ragged batch, or None.
+        ``keys``: the cache's ``key_mask`` (B, 1, N_q, N_k) of a ragged batch, or None. ``slots``: a static
+        cache's query and key slots (``LayerCache.slots``), from which the causal mask is built instead.
 
         SDPA's ``is_causal`` aligns the mask top-left, right only when N_q == N_k (no cache).
         One cached query sees every key: no mask. Otherwise, or with a score bias or a sliding
@@ -178,38 +182,42 @@ class CausalSelfAttention(nn.Module):
         """
         dropout = self.dropout if self.training else 0.0
         if self.logit_softcap is not None:
-            weights = F.dropout(self.weights(q, k, bias, keys), p=dropout)  # (B, h, N_q, N_k)
+            weights = F.dropout(self.weights(q, k, bias, keys, slots), p=dropout)  # (B, h, N_q, N_k)
             return weights @ self._repeat_kv(v)  # (B, h, N_q, hs)
         gqa = self.n_kv_heads != self.n_heads
         n_q, n_k = q.shape[-2], k.shape[-2]
         windowed = self.sliding_window is not None and n_k > self.sliding_window
         scale = self.query_scale  # None: SDPA's own 1/sqrt(hs)
-        plain = bias is None and not windowed and keys is None
+        plain = bias is None and not windowed and keys is None and slots is None
         if plain and n_q == n_k:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa,
                                                   scale=scale)
         if plain and n_q == 1:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa, scale=scale)
-        mask = self.full_mask(n_q, n_k, q, keys)
+        mask = self.full_mask(n_q, n_k, q, keys, slots)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
 
-    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None) -> torch.Tensor:
+    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None,
+                  slots: Slots | None = None) -> torch.Tensor:
         """The additive mask (n_q, n_k), or (B, 1, n_q, n_k) with the cache's ``keys``: causal, windowed, and
-        no padding key seen."""
-        mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
+        no padding key seen; from a static cache's ``slots`` when it reports them."""
+        if slots is None:
+            mask = causal_mask(n_q, n_k, q.device, q.dtype, window=self.sliding_window)
+        else:
+            mask = slot_mask(*slots, q.dtype, window=self.sliding_window)
         return mask if keys is None else mask.masked_fill(~keys, float("-inf"))  # (B, 1, n_q, n_k)
 
     def tap_weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
-                    keys: torch.Tensor | None = None) -> None:
+                    keys: torch.Tensor | None = None, slots: Slots | None = None) -> None:
         """While tapping: the score bias, batched, the capped scores, and the weights of the q and k this
         forward pass uses."""
         if bias is not None:
             tap(self, "score_bias", batched_bias(bias, q.shape[0]))
         if self.logit_softcap is not None:
             tap(self, "scores", self.scores(q, k, bias))
-        tap(self, "weights", self.weights(q, k, bias) if keys is None else self.weights(q, k, bias, keys))
+        tap(self, "weights", self.weights(q, k, bias, *given(keys, slots)))
 
     def _repeat_kv(self, x: torch.Tensor) -> torch.Tensor:
         """(B, kv, N, hs) -> (B, h, N, hs): each kv head serves n_heads / n_kv_heads query heads."""
@@ -231,10 +239,19 @@ class CausalSelfAttention(nn.Module):
         return scores
 
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
-                keys: torch.Tensor | None = None) -> torch.Tensor:
+                keys: torch.Tensor | None = None, slots: Slots | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
         scores = self.scores(q, k, bias)
-        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys)).softmax(dim=-1)
+        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)).softmax(dim=-1)
+
+
+def given(*optional: torch.Tensor | Slots | None) -> tuple[Any, ...]:  # Any: each keeps its parameter's type
+    """Optional trailing arguments up to the last one given: a subclass whose ``attend`` or ``weights``
+    predates them is called as before wherever they are None."""
+    end = len(optional)
+    while end and optional[end - 1] is None:
+        end -= 1
+    return optional[:end]
 
 
 def _across_heads(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -254,6 +271,16 @@ def causal_mask(n_q: int, n_k: int, device: torch.device, dtype: torch.dtype,
     if window is not None:
         allowed = allowed.triu(diagonal=n_k - n_q - window + 1)
     return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+
+def slot_mask(queries: torch.Tensor, keys: torch.Tensor, dtype: torch.dtype,
+              window: int | None = None) -> torch.Tensor:
+    """(N_q, N_k) additive mask from the slots of queries (N_q,) and keys (N_k,): a key is seen iff its slot
+    is at most the query's (and, with a ``window`` w, above the query's - w). Shapes fixed, values tensors."""
+    allowed = keys[None, :] <= queries[:, None]  # (N_q, N_k)
+    if window is not None:
+        allowed = allowed & (keys[None, :] > queries[:, None] - window)
+    return torch.zeros(allowed.shape, dtype=dtype, device=keys.device).masked_fill(~allowed, float("-inf"))
 
 
 def batched_bias(bias: torch.Tensor, batch: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ step costs one new row per layer and no allocation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import torch
 
@@ -47,6 +47,11 @@ class LayerCache:
         real = keys[None, None, :] >= self.padding[:, None, None]  # (B, 1, N_k)
         return (real | (keys[None, :] == queries[:, None]))[:, None]  # (B, N_q, N_k) -> (B, 1, N_q, N_k)
 
+    def slots(self, start: Start, n_queries: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The slots of the queries and keys the causal mask compares; None here: the keys ``update`` returns
+        end where the queries do, so the mask aligns bottom-right (``StaticLayerCache`` returns them all)."""
+        return None
+
     def update(self, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (B, kv, N, hs) at positions start..start+N-1; return all keys/values up to there."""
         end = start + k.shape[-2]
@@ -57,6 +62,9 @@ class LayerCache:
 
 class KVCache:
     """Per-layer caches plus ``length``, the number of positions already stored."""
+
+    layer_class: type[LayerCache] = LayerCache  # what each layer's cache is (``StaticKVCache``: fixed shapes)
+    static = False  # True: fixed shapes, a tensor slot; the caller checks the request up front
 
     def __init__(
         self,
@@ -74,7 +82,7 @@ class KVCache:
         shape = (batch_size, n_kv_heads, max_length, head_dim)
         self.padding = _padding(padding, batch_size, device)
         self.layers = [
-            LayerCache(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
+            self.layer_class(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
                        self.padding)
             for _ in range(n_layers)
         ]
@@ -83,7 +91,7 @@ class KVCache:
 
     @classmethod
     def for_model(cls, model: Transformer, *, batch_size: int, max_length: int,
-                  device: torch.device | str | None = None, padding: torch.Tensor | None = None) -> KVCache:
+                  device: torch.device | str | None = None, padding: torch.Tensor | None = None) -> Self:
         """A cache sized for ``model``'s attention layers, on its device (or ``device``: "meta" sizes one for
         nothing) and in its dtype."""
         if model.spec is None:  # a Transformer put together by hand: nothing says its attention's sizes

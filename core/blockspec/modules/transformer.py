@@ -11,7 +11,7 @@ from torch import nn
 from blockspec.errors import TokenIdError
 from blockspec.modules.dropout import dropped
 from blockspec.modules.token_ids import check_token_ids
-from blockspec.modules.positional import PositionalEncoding, embed_at
+from blockspec.modules.positional import PositionalEncoding, Start, embed_at
 from blockspec.modules.taps import tap, tapping
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Transformer(nn.Module):
         # write them back, so a model read from a source keeps them wherever it goes.
         self.carried: dict[str, bytes] = {}
 
-    def forward(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
+    def forward(self, ids: torch.Tensor, *, start: Start = 0, cache: KVCache | None = None,
                 last_only: bool = False, features_only: bool = False) -> torch.Tensor:
         """ids (B, N) at positions start..start+N-1 -> logits (B, N, |V|) or the head's output.
 
@@ -90,12 +90,15 @@ class Transformer(nn.Module):
         naming the dtype) and 2-D: a single sequence (N,) is an ``InputError`` asking for ``ids[None]``,
         as in nanoGPT (no silent reshaping: the output's shape always follows the input's).
         An id outside 0..|V|-1 is a ``TokenIdError`` (also an ``IndexError``) naming it (``_embed``).
+
+        ``start`` a 0-d long tensor with a ``StaticKVCache``: a step that graph-captures. Its length and room
+        checks would read the slot on the host, so the caller makes them once for the whole request
+        (``generation.static_decode``), and ``cache.length`` is not kept.
         """
         check_token_ids(ids)
-        for positional in self.positionals:
-            positional.check_length(start + ids.shape[-1])
-        if cache is not None:
-            cache.check_room(start, ids.shape[-1])
+        captured = isinstance(start, torch.Tensor) and cache is not None and cache.static  # a graph-captured step
+        if not captured:  # a tensor start otherwise (the ragged tests) is compared on the host, as it was
+            self._check_room(start, ids.shape[-1], cache)  # type: ignore[arg-type]
         x = tap(self, "embedding", self._embed(tap(self, "tokens", ids)))  # (B, N, d)
         if self.embedding_scale is not None:
             x = tap(self, "embedding.scaled", x * torch.tensor(self.embedding_scale, dtype=x.dtype))  # (B, N, d)
@@ -112,13 +115,21 @@ class Transformer(nn.Module):
         else:  # blocks see a cache argument only when there is one: cache-less custom blocks keep working
             for block, positional, layer_cache in zip(self.blocks, self.block_positionals, cache.layers, strict=True):
                 x = block(x, positional, start, layer_cache)
-            cache.length = start + ids.shape[-1]
+            if not captured:
+                cache.length = start + ids.shape[-1]  # type: ignore[assignment]  # a tensor start: as before
         x = tap(self, "final_norm", self.final_norm(x))
         if features_only:
             return x
         if last_only:
             x = x[:, -1:]  # (B, 1, d)
         return self.head(x)
+
+    def _check_room(self, start: int, n_tokens: int, cache: KVCache | None) -> None:
+        """Before any kernel: positions start..start+n_tokens-1 fit every encoder and the cache."""
+        for positional in self.positionals:
+            positional.check_length(start + n_tokens)
+        if cache is not None:
+            cache.check_room(start, n_tokens)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The token embedding, (B, N) -> (B, N, d); an id outside the vocabulary is a TokenIdError naming it.
