@@ -133,10 +133,10 @@ def test_an_unpadded_compiled_batch_is_one_graph_too(models):
 
 
 def sampled_tokens(model, prompts: list[list[int]], seed: int, **compiled) -> list[list[int]]:
-    """NEW tokens drawn at temperature 8 with top-k from a static decoder, row r from a generator seeded
-    seed + r, as ``generate`` seeds a ragged batch: the sampling outside the graph, as the loop does it."""
+    """NEW tokens drawn at temperature 8 with top-k from a static decoder, each row from its own generator
+    seeded ``seed``, as ``generate`` seeds a ragged batch: the sampling outside the graph, as the loop does it."""
     ids, padding = pack(prompts)
-    generators = [torch.Generator().manual_seed(seed + r) for r in range(len(prompts))]
+    generators = [torch.Generator().manual_seed(seed) for _ in prompts]
     with torch.inference_mode():
         decoder = StaticDecoder(model, batch_size=len(prompts), max_length=ids.shape[1] + NEW, padding=padding,
                                 **compiled)
