@@ -12,6 +12,7 @@ from blockspec import GenerationSettings
 from blockspec.errors import InputError
 from blockspec.generation.tokens import generate
 
+from .test_gen_static import quick_compile  # noqa: F401  (a fixture)
 from .test_gen_stops import NEW, PROMPT, make_tiny, run
 
 pytest.importorskip("tokenizers")
@@ -94,3 +95,17 @@ def test_the_command_prints_each_sample(tiny, capsys):
 def test_the_command_refuses_bad_sample_counts_in_one_line(tiny, capsys, flags, message):
     code, out, err = run(capsys, "generate", tiny["root"] / "ckpt", "--prompt", "the", *flags)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_command_with_compile_prints_what_it_prints_without(tiny, capsys, quick_compile):
+    line = ["generate", tiny["root"] / "ckpt", "--prompt", "the", "--prompt", "and so", "--max-new-tokens", "6",
+            "--seed", "3", "--json"]
+    code, out, err = run(capsys, *line)
+    code_compiled, out_compiled, err_compiled = run(capsys, *line, "--compile")
+    assert (code, code_compiled) == (0, 0), err_compiled
+    assert json.loads(out_compiled) == json.loads(out) and len(quick_compile) == 1
+
+
+def test_compile_and_no_cache_on_the_command_line_is_one_line(tiny, capsys):
+    code, _, err = run(capsys, "generate", tiny["root"] / "ckpt", "--prompt", "the", "--compile", "--no-cache")
+    assert code == 2 and err.startswith("blockspec: error: --compile: expected the KV cache on")

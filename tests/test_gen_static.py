@@ -213,3 +213,39 @@ def test_a_component_that_breaks_the_graph_is_one_line_naming_where(registry):
     with pytest.raises(InputError, match=r"^compile: .*a graph break: .*moe.*drop compile=True$") as caught:
         static_tokens(model, [[1, 2, 3]], compile=True, backend="aot_eager")
     assert "\n" not in str(caught.value)
+
+
+@pytest.fixture
+def quick_compile(monkeypatch):
+    """``compile=True`` through generate, with the fast aot_eager backend (fullgraph still raises on a break)."""
+    import blockspec.generation.tokens as tokens
+
+    torch._dynamo.reset()
+    made: list[StaticDecoder] = []
+
+    def decoder(*args, **kwargs):
+        made.append(StaticDecoder(*args, backend="aot_eager", **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tokens, "StaticDecoder", decoder)
+    return made
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=8.0, top_k=8, seed=4),
+                                      dict(temperature=0.0, stop_ids=[20])])
+def test_generate_with_compile_gives_generates_tokens(models, quick_compile, sampling):
+    """The settings' ``compile``: a ragged batch through the compiled step, greedy, seeded and with a stop."""
+    plain = generate(models["rope"], PROMPTS, max_new_tokens=NEW, **sampling)
+    compiled = generate(models["rope"], PROMPTS, max_new_tokens=NEW, compile=True, **sampling)
+    assert [row.tolist() for row in compiled] == [row.tolist() for row in plain]
+    assert len(quick_compile) == 1 and quick_compile[0].cache.padding is not None  # one ragged static decoder
+
+
+def test_compile_without_the_cache_or_with_a_draft_is_refused(models):
+    from blockspec.generation.speculative import speculative_generate
+
+    with pytest.raises(blockspec.errors.InputError, match="^compile: expected the KV cache on"):
+        generate(models["rope"], PROMPTS, max_new_tokens=2, compile=True, use_cache=False)
+    with pytest.raises(blockspec.errors.InputError, match="^compile: expected False with a draft model"):
+        speculative_generate(models["rope"], models["rope"], torch.tensor([PROMPTS[0]]), max_new_tokens=2,
+                             compile=True)

@@ -108,7 +108,8 @@ def _check_one_sequence(ids: torch.Tensor, settings: GenerationSettings) -> None
     if ids.shape[0] != 1:
         raise InputError(Problem(path="ids", expected="one prompt (a batch of 1): speculative decoding runs one "
                                  "sequence", found=f"a batch of {ids.shape[0]}", hint="generate each prompt in turn"))
-    for name, value, needed in (("num_samples", settings.num_samples, 1), ("use_cache", settings.use_cache, True)):
+    for name, value, needed in (("num_samples", settings.num_samples, 1), ("use_cache", settings.use_cache, True),
+                                ("compile", settings.compile, False)):
         if value != needed:
             raise InputError(Problem(path=name, expected=f"{needed!r} with a draft model (speculative decoding runs "
                                      "one sequence, from both models' caches)", found=repr(value),

@@ -17,6 +17,7 @@ from blockspec.modules.token_ids import check_token_ids
 from blockspec.train.finite import check_finite_weights, non_finite_logits
 from blockspec.generation.bounds import check_vocab_limit
 from blockspec.generation.ragged import Prompts, interleaved, pack, runs
+from blockspec.generation.static_decode import StaticDecoder
 from blockspec.generation.processors import (TokenCounts, min_p_filtered, presence_frequency_penalized,
                                              repetition_penalized, temperature_scaled, top_k_filtered, top_p_filtered)
 from blockspec.generation.settings import GenerationSettings, settings_with
@@ -111,11 +112,14 @@ def _stream(model: Transformer, ids: torch.Tensor, padding: torch.Tensor | None,
     if context.memory_check:  # first: the estimate reads no weight
         _check_memory(model, ids, length, cached=cached, new_tokens=max_new_tokens)
     check_finite_weights(model, source=context.source)
-    cache = KVCache.for_model(model, batch_size=batch, max_length=length, padding=padding) if cached else None
+    decoder = StaticDecoder(model, batch_size=batch, max_length=n_prompt + max_new_tokens, padding=padding,
+                            compile=True) if settings.compile else None
+    cache = decoder.cache if decoder is not None else \
+        KVCache.for_model(model, batch_size=batch, max_length=length, padding=padding) if cached else None
     generators = None if seeds is None else [torch.Generator(ids.device).manual_seed(seed) for seed in seeds]
     run = _Settings(filters=settings.filters, vocab_limit=context.vocab_limit, generator=generators, window=window,
                     source=context.source)
-    return _steps(model, ids, cache, stops, run, max_new_tokens)
+    return _steps(model, ids, cache, stops, run, max_new_tokens, decoder)
 
 
 def _grouped(model: Transformer, ids: torch.Tensor, padding: torch.Tensor, seeds: list[int] | None,
@@ -146,17 +150,17 @@ class _Settings:
 
 
 def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: StopConditions, settings: _Settings,
-           max_new_tokens: int) -> Iterator[torch.Tensor]:
+           max_new_tokens: int, decoder: StaticDecoder | None = None) -> Iterator[torch.Tensor]:
     """The decoding loop: one (B,) per step until ``max_new_tokens`` or every row stops; a row that stops
-    leaves the batch (``_Live.drop``), so finished rows cost no compute while the others go on."""
+    leaves the batch (``_Live.drop``), so finished rows cost no compute while the others go on. With a
+    ``decoder`` (``compile``) each step after the prompt is its captured step, whose batch stays whole."""
     finite = torch.ones((), dtype=torch.bool, device=ids.device)  # every step's logits so far
     live = _Live.begin(model, ids, cache, settings)
     last_only = positionwise_head(model)
     with eval_mode(model):
         for _ in range(max_new_tokens):
             with torch.inference_mode():
-                logits = model(live.step_input, start=live.start, cache=live.cache, last_only=last_only)
-                logits = logits[:, -1, :settings.vocab_limit]  # (b, T, V) -> (b, |V|)
+                logits = live.logits(model, decoder, last_only)[:, :settings.vocab_limit]  # (b, V) -> (b, |V|)
                 step_finite = torch.isfinite(logits).all()
                 finite &= step_finite
                 logits = torch.where(step_finite, logits, 0.0)  # sampling must not fail on NaN: the end refuses them
@@ -166,7 +170,7 @@ def _steps(model: Transformer, ids: torch.Tensor, cache: KVCache | None, stops: 
             yield token.clone()  # (B,): a plain tensor outside inference mode
             if stops.active and stops.all_finished():
                 break
-            if stops.active:
+            if stops.active and decoder is None:  # a captured step keeps its shapes: its rows stay
                 with torch.inference_mode():
                     live.drop(stops.finished)
     if not bool(finite):
@@ -193,6 +197,14 @@ class _Live:
                                    padding=None if cache is None else cache.padding)
         return cls(rows=None, tokens=ids, step_input=_cropped(ids, settings.window), start=0, cache=cache,
                    counts=counts, generators=settings.generator)
+
+    def logits(self, model: Transformer, decoder: StaticDecoder | None, last_only: bool) -> torch.Tensor:
+        """The next token's logits (b, V) for every live row: the model's, or the static decoder's."""
+        if decoder is None:
+            return model(self.step_input, start=self.start, cache=self.cache, last_only=last_only)[:, -1]  # (b, V)
+        if self.start == 0:
+            return decoder.prefill(self.step_input, last_only=last_only)  # (b, V)
+        return decoder.step(self.step_input, torch.tensor(self.start, device=self.step_input.device))  # (b, V)
 
     def scattered(self, drawn: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
         """The live rows' tokens (b,) in their places of the batch (B,); the finished rows' ``pad``."""
