@@ -72,8 +72,8 @@ def check_format_flags(args: argparse.Namespace) -> None:
 
 
 def _preparation(args: argparse.Namespace) -> tuple[Callable[..., dict[str, Any]], int]:
-    """The function that prepares the files, with its options, and the bytes it will read; every file (and
-    for instruction data, every line and the template) checked first."""
+    """The function that prepares the files, with its options, and the bytes it will read; every text file
+    checked first (``prepare_examples`` checks every line of instruction data itself, before it writes)."""
     from functools import partial
 
     from blockspec.data import instruct
@@ -85,7 +85,6 @@ def _preparation(args: argparse.Namespace) -> tuple[Callable[..., dict[str, Any]
         return prepare, check_text_files(args.files)
     template = instruct.Template() if args.template is None else instruct.parse_template(args.template)
     keys = instruct.Keys(args.prompt_key or "prompt", args.response_key or "response")
-    instruct.check_examples(args.files, keys)
     return partial(prepare_examples, keys=keys, template=template), sum(os.path.getsize(f) for f in args.files)
 
 
