@@ -19,7 +19,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelSpec, estimate_parameters
 
-__all__ = ["INIT_STD", "build", "build_unfilled", "given_spec", "init_weights"]
+__all__ = ["INIT_STD", "adapt", "build", "build_unfilled", "given_spec", "init_weights"]
 # Deferring init costs ~1 µs per torch call of the construction and saves the default init of
 # every weight; it pays from about 2·10^5 parameters (a 2-core CPU: d = 128, L = 2 gains 20%).
 DEFER_FROM_PARAMETERS = 200_000
@@ -93,6 +93,21 @@ def _construct(spec: ModelSpec, registry: Registry | None, seed: int | None, dev
         if spec.adapters:  # after the base is final: an adapter may read its weights (DoRA's magnitude)
             apply_adapters(model, registry)
     return model.to(dtype=dtype) if dtype is not None else model
+
+
+def adapt(model: Transformer, spec: ModelSpec, registry: Registry | None = None, *,
+          seed: int | None = None) -> Transformer:
+    """``model`` (its weights final, its spec ``spec`` without the [[adapters]]) wrapped as ``spec``'s [[adapters]]
+    say, in place: how adapters go onto a trained base. Their initial values are drawn from ``seed``; with None,
+    from a fork of the generator (whatever they are, a loader overwrites them), which is left as it was."""
+    registry = registry if registry is not None else _default_registry()
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        if seed is not None:
+            _seed(seed, device)
+        model.spec = spec
+        apply_adapters(model, registry)
+    return model
 
 
 def _initialise(model: Transformer, deferred: DeferredInit, *, drawn: bool) -> None:

@@ -7,6 +7,11 @@ Layout (the names: layout.py)::
       model.safetensors   unique tensors only (a tied head is stored once, as embedding.weight)
       manifest.json       sha256 and size of every file, sha256 of every tensor, the caller's ``extra``
       hf/...              the Hugging Face files the model carries (``model.carried``)
+
+An adapter checkpoint (a model with [[adapters]] and a ``model.base``: adapters trained over a base
+checkpoint) writes ``adapter.safetensors``, its adapters' tensors only, and ``base.json`` (base_ref.py)
+instead of model.safetensors and hf/: loading it loads the base, refuses one whose content changed,
+wraps it as the spec says and fills the adapters.
       ...                 extra files given to ``save`` (e.g. tokenizer.json, optimizer.safetensors)
 
 The directory is written atomically and exclusively (see atomic.py): an existing checkpoint
@@ -33,6 +38,8 @@ from typing import Any
 import torch
 
 from blockspec.checkpoint.atomic import atomic_directory, previous_of
+from blockspec.checkpoint.base_ref import (BaseReference, base_json, base_reference, check_same_base,
+                                           is_adapter_checkpoint, read_base_json)
 from blockspec.checkpoint.contained import contained_file
 from blockspec.outputs.targets import check_writable_target
 from blockspec.registry.specs import structure_spec
@@ -41,6 +48,8 @@ from blockspec.errors import CheckpointError, InputError, Problem, SpecError
 from blockspec.outputs.lock import folder_lock
 from blockspec.checkpoint.lock import check_lock, lock_of, lock_toml, preferences, split_lock
 from blockspec.checkpoint.layout import (
+    ADAPTER_FILE,
+    BASE_FILE,
     CHECKPOINT,
     MANIFEST_FILE,
     RESERVED,
@@ -65,7 +74,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Registry
 from blockspec.checkpoint.safetensors_file import read_header, write_file
 from blockspec.spec.schema import ModelSpec
-from blockspec.checkpoint.verified_weights import load_verified_weights
+from blockspec.checkpoint.verified_weights import fill_verified_adapters, load_verified_weights
 from blockspec.checkpoint.weights import unique_state
 from blockspec.outputs.pinned import PinnedDirectory, pinned_directory
 
@@ -91,27 +100,48 @@ def save(
     then replaced atomically: the old one stays until the new one is complete. Creating is
     exclusive: of two processes saving to the same new path, one wins, the other is refused.
     Any other existing file or non-empty directory is always refused; an empty directory is taken.
+
+    A model with adapters and a ``base`` (a ``BaseReference``: ``blockspec.load`` of an adapter checkpoint sets
+    it, adapter training too) is saved as an adapter checkpoint: its adapters only, no hf/ files (the base has them).
     """
     target = _folder(path)
     spec = _spec_of(model)
+    base = _adapted_base(model)
     files = {SPEC_FILE: (dump_spec(spec) + "\n" + lock_toml(lock_of(model))).encode("utf-8")}
     files.update(_checked_extra_files({**carried_entries(getattr(model, "carried", {})), **(extra_files or {})}))
+    if base is not None:
+        files = {name: data for name, data in files.items() if not name.startswith(CARRIED_PREFIX)}
+        files[BASE_FILE] = base_json(base, target)
     with folder_lock(target):  # checked under the lock: another writer's swap is never seen half-done
         check_writable_target(target, kind=CHECKPOINT, overwrite=overwrite)
         with atomic_directory(target, overwrite=overwrite) as staging:
-            _write_checkpoint(staging, model, files, extra)
+            _write_checkpoint(staging, model, files, extra, adapters_only=base is not None)
     return target
 
 
+def _adapted_base(model: Transformer) -> BaseReference | None:
+    """The base an adapter checkpoint of ``model`` refers to; None for a model saved whole."""
+    base = getattr(model, "base", None)
+    if base is None or not getattr(model, "adapted", None):
+        return None
+    if not isinstance(base, BaseReference):
+        raise CheckpointError(f"cannot save: model.base is a {type(base).__name__}, not a BaseReference "
+                              "(blockspec.checkpoint.base_ref.base_reference(path) makes one)")
+    return base
+
+
 def _write_checkpoint(staging: Path, model: Transformer, files: Mapping[str, bytes],
-                      extra: Mapping[str, Any] | None) -> None:
-    """The checkpoint's files in ``staging``: the given ones, the weights, and the manifest of them all."""
+                      extra: Mapping[str, Any] | None, *, adapters_only: bool) -> None:
+    """The checkpoint's files in ``staging``: the given ones, the weights (or the adapters), and their manifest."""
+    from blockspec.modules.adapter import adapter_state
+
     for name, data in files.items():
         (staging / name).parent.mkdir(exist_ok=True)
         (staging / name).write_bytes(data)
-    write_file(unique_state(model), staging / WEIGHTS_FILE, metadata={"format": "pt"})
-    weights_record, tensors = weights_digests(read_header(staging / WEIGHTS_FILE))
-    records = {**record_files(staging, files), WEIGHTS_FILE: weights_record}
+    weights_file, state = (ADAPTER_FILE, adapter_state(model)) if adapters_only else (WEIGHTS_FILE, unique_state(model))
+    write_file(state, staging / weights_file, metadata={"format": "pt"})
+    weights_record, tensors = weights_digests(read_header(staging / weights_file))
+    records = {**record_files(staging, files), weights_file: weights_record}
     manifest = Manifest(files=records, tensors=tensors, extra=_checked_extra(extra))
     (staging / MANIFEST_FILE).write_text(manifest.to_json(), encoding="utf-8")
 
@@ -179,12 +209,55 @@ def load(
         manifest = _manifest(tree)
         check_sizes(tree, _without_absent_training_files(tree, manifest))
         spec = _read_spec(tree, manifest, registry)
-        with tree.open(WEIGHTS_FILE) as weights:
-            model = load_verified_weights(tree.path / WEIGHTS_FILE, weights, manifest, spec, registry,
-                                          str(tree.path / SPEC_FILE))
-        model.carried = _carried(tree, manifest)
+        if is_adapter_checkpoint(manifest):
+            model = _adapted(tree, manifest, spec, registry, given=Path(path))
+        else:
+            with tree.open(WEIGHTS_FILE) as weights:
+                model = load_verified_weights(tree.path / WEIGHTS_FILE, weights, manifest, spec, registry,
+                                              str(tree.path / SPEC_FILE))
+            model.carried = _carried(tree, manifest)
     model = model.to(dtype=dtype) if dtype is not None else model
     return model.to(device) if device is not None else model
+
+
+def _adapted(tree: PinnedDirectory, manifest: Manifest, spec: ModelSpec, registry: Registry, *,
+             given: Path) -> Transformer:
+    """An adapter checkpoint's model: its base loaded (verified, the same content as recorded), wrapped as the
+    spec's [[adapters]] say, the adapters filled from adapter.safetensors; it keeps the base's carried files."""
+    from blockspec.assembly.assemble import adapt
+
+    recorded = read_base_json(verified_bytes(tree, manifest, BASE_FILE), given)
+    base = _base_model(recorded, given, registry)
+    check_same_base(recorded, base.base, adapters=given)
+    _check_base_spec(base.spec, spec, recorded, given)
+    model = adapt(base, spec, registry)
+    with tree.open(ADAPTER_FILE) as adapters:
+        fill_verified_adapters(tree.path / ADAPTER_FILE, adapters, manifest, model)
+    model.base = recorded
+    return model
+
+
+def _base_model(recorded: BaseReference, adapters: Path, registry: Registry) -> Transformer:
+    """The base checkpoint's model, with the reference to what it holds now (``model.base``) beside it."""
+    if not is_checkpoint(recorded.path):
+        raise CheckpointError(Problem(file=str(adapters / BASE_FILE), path="$.path",
+                                      message=f"the base checkpoint {recorded.path} is not there",
+                                      hint="these adapters need the base they were trained on: put it back at that "
+                                           "path (base.json's path is relative to the adapter checkpoint)"))
+    found = base_reference(recorded.path)
+    base = load(recorded.path, registry=registry)
+    base.base = found
+    return base
+
+
+def _check_base_spec(base: ModelSpec, adapted: ModelSpec, recorded: BaseReference, adapters: Path) -> None:
+    """The adapter checkpoint's spec is its base's plus [[adapters]]: anything else was not written by ``save``."""
+    from blockspec.spec.convert import spec_to_dict
+
+    without = {k: v for k, v in spec_to_dict(adapted).items() if k != "adapters"}
+    if without != spec_to_dict(base):
+        raise CheckpointError(Problem(file=str(adapters / SPEC_FILE), message=f"differs from its base's spec "
+                                      f"({recorded.path}) by more than its [[adapters]]"))
 
 
 def _without_absent_training_files(tree: PinnedDirectory, manifest: Manifest) -> Manifest:

@@ -6,6 +6,8 @@ Layout::
       manifest.json          what marks the directory as a checkpoint: the record of every file
       spec.toml              the spec and its [lock]
       model.safetensors      the weights
+      adapter.safetensors    an adapter checkpoint's weights instead: its adapters' tensors only
+      base.json              an adapter checkpoint's base: where it is and what it holds (base_ref.py)
       tokenizer.json         a trained model's tokenizer (characters, or a BPE tokenizer.json)
       optimizer.safetensors  training only: AdamW's moments and the RNG
       training.json          training only: step, settings, history
@@ -27,8 +29,10 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 TRAINING_FILE = "training.json"
+ADAPTER_FILE = "adapter.safetensors"
+BASE_FILE = "base.json"
 CARRIED_PREFIX = "hf/"
-RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE)
+RESERVED = (SPEC_FILE, WEIGHTS_FILE, MANIFEST_FILE, ADAPTER_FILE, BASE_FILE)
 # Only resuming training reads these: the model is whole without them, so a load tolerates their absence.
 TRAINING_FILES = frozenset({OPTIMIZER_FILE, TRAINING_FILE})
 # what ``--force`` may replace with a checkpoint: a directory with a manifest (its files are the manifest's)

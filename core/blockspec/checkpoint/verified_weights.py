@@ -48,6 +48,24 @@ def load_verified_weights(path: Path, handle: BinaryIO, manifest: Manifest, spec
     return model
 
 
+def fill_verified_adapters(path: Path, handle: BinaryIO, manifest: Manifest, model: Transformer) -> None:
+    """Fill ``model``'s adapter tensors (``adapter_state``) from an adapter checkpoint's file, verified as the
+    weights are: every adapter tensor there with its shape and kind of dtype, nothing else, each digest matching."""
+    from blockspec.modules.adapter import adapter_state
+
+    record = manifest.files.get(path.name)
+    if record is None:
+        raise CheckpointError(f"{path.parent / 'manifest.json'}: $.files: no record for {path.name!r}")
+    state = {name: tensor.data for name, tensor in adapter_state(model).items()}
+    try:
+        header = read_header(path, handle)
+        check_shapes({n: tuple(t.shape) for n, t in state.items()}, header.shapes(), str(path))
+        check_dtypes({n: t.dtype for n, t in state.items()}, header_dtypes(header), str(path))
+    except CheckpointError as error:
+        raise _corrupt_or(error, path, handle, record.sha256) from None
+    _fill_and_verify(state, header, handle, manifest, record.sha256)
+
+
 def _checked_header(path: Path, handle: BinaryIO, spec: ModelSpec, registry: Registry, spec_file: str
                     ) -> SafetensorsHeader:
     header = read_header(path, handle)

@@ -62,3 +62,11 @@ def freeze_base(model: nn.Module) -> int:
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in own)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state-dict entries the adapters own (none under a ``base_layer``): what an adapter checkpoint holds."""
+    base_parts = {f"{path}.base_layer." for path, module in model.named_modules() if isinstance(module, Adapter)}
+    owners = tuple(f"{path}." for path, module in model.named_modules() if isinstance(module, Adapter))
+    return {name: tensor for name, tensor in model.state_dict(keep_vars=True).items()
+            if name.startswith(owners) and not name.startswith(tuple(base_parts))}
