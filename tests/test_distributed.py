@@ -68,3 +68,33 @@ def test_one_two_process_step_equals_one_step_on_the_concatenated_batch(registry
         torch.testing.assert_close(weights[name], tensor, rtol=1e-5, atol=2e-6, msg=name)
     untrained = blockspec.build(reference.spec, registry=registry, seed=5).state_dict()
     assert not torch.equal(weights["blocks.0.attn.qkv.weight"], untrained["blocks.0.attn.qkv.weight"])
+
+
+LORA = '[[adapters]]\nuse = "lora"\ntargets = ["@attention"]\nrank = 4\nalpha = 8\n'
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_adapter_training_on_two_processes_equals_one(registry, tmp_path, strategy):
+    """A frozen base with LoRA on its attention: both strategies train the adapters alone, as one process does."""
+    from blockspec.assembly.assemble import adapt
+    from blockspec.modules.adapter import adapter_state
+    from blockspec.registry.specs import load_adapters
+
+    spec = blockspec.loads_spec(SPEC, registry)
+    blockspec.save(blockspec.build(spec, registry=registry, seed=1), tmp_path / "base")
+    (tmp_path / "lora.toml").write_text(LORA)
+    (tmp_path / "play.txt").write_text(small_play())
+    extra = ["--fsdp"] if strategy == "fsdp" else []
+    torchrun("base", "--adapters", "lora.toml", "--data", "play.txt", *FLAGS, "--lr", "1e-2", "--out", "ad", *extra,
+             cwd=tmp_path)
+    config = TrainConfig(steps=1, batch_size=8, eval_every=0, eval_batches=2, seed=5, lr=1e-2)
+    model = adapt(blockspec.load(tmp_path / "base"), load_adapters(tmp_path / "lora.toml", spec, registry),
+                  registry, seed=5)
+    reference = Trainer(model, CharDataset.from_text(small_play()), config)
+    reference.run()
+    saved = load_file(tmp_path / "ad" / "adapter.safetensors")
+    expected = adapter_state(reference.raw)
+    assert saved.keys() == expected.keys() and not (tmp_path / "ad" / "model.safetensors").exists()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(saved[name], tensor, rtol=1e-5, atol=2e-6, msg=name)
+    assert any(name.endswith("lora_B.weight") and tensor.abs().sum() > 0 for name, tensor in saved.items())

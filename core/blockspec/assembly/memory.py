@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from attrs import field, frozen
 
+from blockspec.modules.adapter import adapter_state
 from blockspec.assembly.assemble import build
 from blockspec.errors import BlockspecError, Problem
 from blockspec.modules.kv_cache import KVCache
@@ -156,10 +157,11 @@ def weight_bytes(model: Transformer) -> int:
 def training_estimate(spec: ModelSpec, registry: Registry | None, *, micro_batch: int,
                       shards: int = 1) -> MemoryEstimate:
     """Weights, gradients, AdamW's state (each divided over ``shards`` when sharded) and one micro-batch's
-    activations at the context length."""
+    activations at the context length. With [[adapters]] only the adapters have gradients and state."""
     model = meta_model(spec, registry).train()
     weights = weight_bytes(model) // shards
-    parameters = sum(p.numel() for p in model.parameters()) * FLOAT_BYTES // shards
+    trainable = adapter_state(model).values() if spec.adapters else model.parameters()
+    parameters = sum(p.numel() for p in trainable) * FLOAT_BYTES // shards
     activations = micro_batch * fitted(lambda n: saved_bytes(model, n), spec.model.context_length)
     return MemoryEstimate(parts=(
         Part(what="weights", bytes=weights), Part(what="gradients", bytes=parameters),

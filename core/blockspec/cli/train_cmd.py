@@ -33,6 +33,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", metavar="CKPT", help="checkpoint directory, written atomically at the end "
                         "(default with --resume: the resumed checkpoint)")
     parser.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint: its step, optimizer, settings")
+    parser.add_argument("--adapters", metavar="FILE.toml", help="[[adapters]] tables (LoRA, DoRA, ...) to train over "
+                        "the frozen checkpoint SPEC; --out then holds only the adapters and a reference to SPEC")
     add_plot_argument(parser, "write the training and validation loss curves to FILE")
     add_device_argument(parser)
     add_memory_check_argument(parser)
@@ -71,7 +73,8 @@ def _preflight(args: argparse.Namespace) -> None:
         args.out = args.resume
     if args.out:
         spec_is_resumed = resuming_in_place and same_path(args.spec, args.resume)  # train CKPT --resume CKPT
-        inputs = [None if spec_is_resumed else args.spec, args.data, None if resuming_in_place else args.resume]
+        inputs = [None if spec_is_resumed else args.spec, args.data, None if resuming_in_place else args.resume,
+                  args.adapters]
         check_writable_target(args.out, kind=CHECKPOINT, overwrite=args.force or resuming_in_place, inputs=inputs)
     if args.plot:
         check_plot_file(args.plot)
@@ -86,7 +89,7 @@ def _train(args: argparse.Namespace, world) -> int:
 
     registry = registry_with_warnings() if world.is_main else _quiet_registry()
     run = training.plan(args.spec, args.data, training_settings(args, SETTINGS), registry=registry,
-                        resume=args.resume, out=args.out, checkpoint_every=args.checkpoint_every,
+                        resume=args.resume, adapters=args.adapters, out=args.out, checkpoint_every=args.checkpoint_every,
                         replace_out=args.replace_out, strategy="fsdp" if args.fsdp else "ddp", measure_peak=True,
                         memory_check=not args.no_memory_check, threads=args.threads)
     trainer = training.start(run, registry=registry, world=world)

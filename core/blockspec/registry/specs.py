@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from blockspec.registry.catalogue import install_hint, provider_of
 from blockspec.registry.components import Component, Registry
 from blockspec.registry.policy import normalize
 from blockspec.spec import toml_read
-from blockspec.spec.convert import ADAPTERS, LAYERS, Unresolved, read_spec, read_spec_text
+from blockspec.errors import Problem, SpecError
+from blockspec.spec.convert import ADAPTERS, LAYERS, Unresolved, read_spec, read_spec_text, spec_to_dict
 from blockspec.spec.kinds import SECTIONS
 from blockspec.spec.schema import LAYER_KINDS, ModelSpec
 
@@ -28,6 +31,25 @@ def loads_spec(text: str, registry: Registry | None = None, *, file: str | None 
     """Parse and validate TOML text; ``file`` names it in messages."""
     data = toml_read.parse(text, file)
     return structure_spec(data, registry, file=file, text=text)
+
+
+def load_adapters(path: str | Path, spec: ModelSpec, registry: Registry | None = None) -> ModelSpec:
+    """``spec`` with the [[adapters]] of the TOML file at ``path`` (a file of [[adapters]] tables and nothing
+    else), read as strictly as a spec's own and located in that file. ``spec`` must have none yet."""
+    text = read_spec_text(path)
+    data = toml_read.parse(text, str(path))
+    extra = sorted(key for key in data if key != ADAPTERS)
+    if extra or ADAPTERS not in data:
+        found = f"[{extra[0]}]" if extra else "no [[adapters]] table"
+        raise SpecError(Problem(file=str(path), path=f"$.{extra[0]}" if extra else "$",
+                                expected="[[adapters]] tables only (the model they adapt is the checkpoint's)",
+                                found=found))
+    if spec.adapters:
+        raise SpecError(Problem(file=str(path), path=f"$.{ADAPTERS}", message=f"the model has [[adapters]] already "
+                                f"({len(spec.adapters)} in its spec)", hint="merge them into the base first "
+                                "(`blockspec merge`), or train the adapted checkpoint without this file"))
+    read = structure_spec({**spec_to_dict(spec), ADAPTERS: data[ADAPTERS]}, registry, file=str(path), text=text)
+    return attrs.evolve(spec, adapters=read.adapters)
 
 
 def structure_spec(

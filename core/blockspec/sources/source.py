@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
-from blockspec.checkpoint.layout import TRAINING_FILE
+from blockspec.checkpoint.base_ref import BaseReference, is_adapter_checkpoint, read_base_json
+from blockspec.checkpoint.layout import BASE_FILE, TRAINING_FILE
 from blockspec.data.tokenizer import CharTokenizer, HFTokenizer, TokenizerError
 from blockspec.errors import CheckpointError, InputError, Problem
 from blockspec.registry.components import Registry
@@ -66,6 +67,16 @@ class Source:
 
             return carried_files(self.path)
         return {}
+
+    def base(self) -> BaseReference | None:
+        """An adapter checkpoint's base (where it is, what it holds; not yet checked against it); None otherwise."""
+        if self.kind not in CHECKPOINT_KINDS:
+            return None
+        from blockspec.checkpoint.directory import read_checkpoint_manifest, read_extra_file
+
+        if not is_adapter_checkpoint(read_checkpoint_manifest(self.path)):
+            return None
+        return read_base_json(read_extra_file(self.path, BASE_FILE), self.path)
 
     def training(self) -> dict[str, Any] | None:
         """A training checkpoint's training.json (step, settings, history), verified; None for other kinds.

@@ -12,6 +12,9 @@ extra files travel in the same atomic write and are verified against the same ma
 A model imported from (or fine-tuned from) a Hugging Face directory also keeps that directory's
 ``hf/`` files (config.json, tokenizer files): ``export-hf`` writes them back beside the new weights.
 
+An adapter run (``base`` set) writes an adapter checkpoint: the same files, but ``adapter.safetensors``
+and ``base.json`` in place of the model's weights and hf/ files (``checkpoint.directory``).
+
 No pickle anywhere.
 """
 
@@ -29,6 +32,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from blockspec.assembly.assemble import build_unfilled
+from blockspec.checkpoint.base_ref import BaseReference
 from blockspec.checkpoint.directory import load, pinned_checkpoint, read_checkpoint_manifest, read_extra_file, save
 from blockspec.checkpoint.layout import OPTIMIZER_FILE, TOKENIZER_FILE, TRAINING_FILE, carried_entries
 from blockspec.errors import CheckpointError, Problem
@@ -98,6 +102,7 @@ class Checkpoint:
     rng_state: torch.Tensor | None
     training: dict[str, Any]  # step, settings, history
     carried: dict[str, bytes] = field(factory=dict)  # "hf/..." files of the Hugging Face model it came from
+    base: BaseReference | None = None  # adapter fine-tuning: the base checkpoint; only the adapters are saved
 
     @property
     def step(self) -> int:
@@ -132,6 +137,7 @@ def _holding(checkpoint: Checkpoint, registry: Registry | None) -> Transformer:
     """A CPU model holding the checkpoint's weights (FSDP's live model is sharded: save needs a whole one)."""
     model = build_unfilled(checkpoint.spec, registry=registry)
     load_model_state(model, checkpoint.model_state, source="checkpoint")
+    model.base = checkpoint.base  # an adapter run: ``save`` writes its adapters and a reference to this base
     return model
 
 
@@ -186,6 +192,7 @@ def load_checkpoint(path: str | Path, registry: Registry | None = None) -> Check
         rng_state=check_rng_state(optimizer.get("rng/cpu"), source=f"{path}/{OPTIMIZER_FILE}"),
         training=training,
         carried=carried_entries(model.carried),
+        base=getattr(model, "base", None),
     )
 
 

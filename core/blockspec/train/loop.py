@@ -24,6 +24,7 @@ from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component
 from blockspec.errors import FieldError, Problem
 from blockspec.spec.validators import Check, FieldErrors
+from blockspec.modules.adapter import freeze_base
 from blockspec.train.checkpointing import Checkpoint
 from blockspec.data.dataset import IGNORED_TARGET, DataError, Dataset, batch_seed
 from blockspec.data.measure import mean_bits_per_byte
@@ -168,6 +169,8 @@ class Trainer:
         self.sharded = world.size > 1 and strategy == "fsdp"
         if resume is not None:
             load_model_state(model, resume.model_state, source="the resumed checkpoint")
+        if getattr(model, "adapted", None):  # adapter fine-tuning: the base stays as it is, only the adapters learn
+            freeze_base(model)
         self.raw = model
         self.wrapped = wrap(model.to(world.device), world, strategy)  # DDP, or model itself (sharded in place)
         self.model = torch.compile(self.wrapped) if config.compile else self.wrapped

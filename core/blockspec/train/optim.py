@@ -39,9 +39,11 @@ def decayed_names(model: nn.Module) -> set[str]:
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups, always in this order: the decayed matrices, then everything else (no decay)."""
+    """Two AdamW groups, always in this order: the decayed matrices, then everything else (no decay).
+
+    Only trainable parameters: a frozen base (adapter fine-tuning) costs no optimizer state, not even an entry."""
     decayed = decayed_names(model)
-    named = list(model.named_parameters())
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     return [{"params": [p for n, p in named if n in decayed], "weight_decay": weight_decay},
             {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0}]
 

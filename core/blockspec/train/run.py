@@ -20,7 +20,8 @@ import attrs
 import torch
 from attrs import field, frozen
 
-from blockspec.assembly.assemble import build
+from blockspec.assembly.assemble import adapt, build, build_unfilled
+from blockspec.checkpoint.base_ref import BaseReference, base_reference, check_same_base
 from blockspec.assembly.memory import check_fits, training_estimate
 from blockspec.errors import CheckpointError, Problem
 from blockspec.checkpoint.layout import carried_entries
@@ -31,7 +32,9 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.data.dataset import CharDataset, Dataset
 from blockspec.data.prepared import PreparedDataset
 from blockspec.data.tokenizer import Tokenizer
+from blockspec.registry.specs import load_adapters
 from blockspec.sources import Source, open_source
+from blockspec.sources.kind import CHECKPOINT_KINDS
 from blockspec.train.checkpointing import Checkpoint, load_checkpoint, save_checkpoint, saved_step
 from blockspec.train.distributed import Strategy, World
 from blockspec.train.finite import DivergedError
@@ -53,6 +56,7 @@ class Run:
     weights: Source | None = None  # fine-tune: start from this source's weights; None: build with config.seed
     resume: Checkpoint | None = None  # continue this checkpoint's run: its weights, optimizer, step, history
     carried: dict[str, bytes] = field(factory=dict)  # "hf/..." files every checkpoint of the run keeps
+    base: BaseReference | None = None  # adapter fine-tuning: the base checkpoint the adapters train over
     out: str | Path | None = None  # the checkpoint, written atomically at the end (and every checkpoint_every steps)
     checkpoint_every: int = 0
     replace_out: bool = False  # an existing checkpoint at ``out`` may be replaced (later saves always replace)
@@ -88,30 +92,66 @@ class Listener(Protocol):
 
 
 def plan(source: str, data: str, settings: Mapping[str, Any], *, registry: Registry, resume: str | None = None,
-         out: str | Path | None = None, checkpoint_every: int = 0, replace_out: bool = False,
-         strategy: Strategy = "ddp", measure_peak: bool = False, memory_check: bool = True,
-         threads: int | None = None) -> Run:
+         adapters: str | Path | None = None, out: str | Path | None = None, checkpoint_every: int = 0,
+         replace_out: bool = False, strategy: Strategy = "ddp", measure_peak: bool = False,
+         memory_check: bool = True, threads: int | None = None) -> Run:
     """The run `blockspec train SOURCE --data DATA` describes: a spec file trains fresh weights; a checkpoint or
     Hugging Face directory fine-tunes its own (with its tokenizer and carried files); ``resume`` continues a run.
+    ``adapters`` (a file of [[adapters]] tables), or an adapter checkpoint as the source, trains adapters over a
+    frozen base checkpoint, and saves only them (``adapter_base``).
 
     ``settings`` are the ones set explicitly (over the resumed run's, over the defaults); the rest are ``Run``'s.
     """
     opened = open_source(source, registry)  # a spec file, a checkpoint or a Hugging Face directory
-    spec = opened.spec
+    spec = load_adapters(adapters, opened.spec, registry) if adapters else opened.spec
     check_head(spec, registry, source=source)
+    base = adapter_base(opened, spec, registry, adapters=adapters)
     checkpoint = load_checkpoint(resume, registry) if resume else None
-    if checkpoint is not None and spec_to_dict(checkpoint.spec) != spec_to_dict(spec):
-        raise CheckpointError(f"{resume}: was trained from a different spec than {source}; "
-                              "pass the spec it was trained from")
+    if checkpoint is not None:
+        check_resumable(checkpoint, spec, base, resume=str(resume), source=source)
     config = run_config(settings, checkpoint)
     if checkpoint is not None:
         check_reachable(config.steps, checkpoint.step, source=str(resume))
     weights = opened if opened.has_weights and checkpoint is None else None
     dataset = open_data(data, [spec], model_tokenizer(opened, checkpoint), tokenizer_of=resume or source)
     carried = checkpoint.carried if checkpoint else carried_entries(weights.carried()) if weights else {}
-    return Run(spec=spec, data=dataset, config=config, weights=weights, resume=checkpoint, carried=carried, out=out,
-               checkpoint_every=checkpoint_every, replace_out=replace_out, strategy=strategy,
+    return Run(spec=spec, data=dataset, config=config, weights=weights, resume=checkpoint, carried=carried, base=base,
+               out=out, checkpoint_every=checkpoint_every, replace_out=replace_out, strategy=strategy,
                measure_peak=measure_peak, memory_check=memory_check, threads=threads)
+
+
+def adapter_base(opened: Source, spec: ModelSpec, registry: Registry, *,
+                 adapters: str | Path | None) -> BaseReference | None:
+    """The base checkpoint an adapter run trains over (None without [[adapters]]), its targets checked first:
+    an adapter checkpoint's own base, or the checkpoint given (a spec file or a Hugging Face directory is none)."""
+    if not spec.adapters:
+        return None
+    check_adapters(spec, registry, file=adapters)
+    if opened.kind in CHECKPOINT_KINDS:
+        return opened.base() or base_reference(opened.path)
+    what = "a spec file's random weights" if opened.kind == "spec" else "a Hugging Face directory"
+    hint = "train the spec without [[adapters]] first, then adapters over its checkpoint" if opened.kind == "spec" \
+        else f"import it first (`blockspec import {opened.path} --out CKPT`), then train adapters over CKPT"
+    raise CheckpointError(Problem(file=str(opened.path), message=f"adapters train over a base checkpoint, not over "
+                                  f"{what}", hint=hint))
+
+
+def check_adapters(spec: ModelSpec, registry: Registry, *, file: str | Path | None) -> None:
+    """Every [[adapters]] entry's targets and rank, on the meta device (nothing allocated): a pattern that
+    matches nothing is refused before any weights or data are read, in the file that wrote it."""
+    where = spec if file is None else attrs.evolve(spec, source=str(file))
+    build_unfilled(where, registry=registry, device="meta")
+
+
+def check_resumable(checkpoint: Checkpoint, spec: ModelSpec, base: BaseReference | None, *, resume: str,
+                    source: str) -> None:
+    """A run resumes from a checkpoint of the same spec, and an adapter run over the same base."""
+    if spec_to_dict(checkpoint.spec) != spec_to_dict(spec):
+        hint = " (with its --adapters file)" if checkpoint.spec.adapters and not spec.adapters else ""
+        raise CheckpointError(f"{resume}: was trained from a different spec than {source}; "
+                              f"pass the spec it was trained from{hint}")
+    if checkpoint.base is not None and base is not None:
+        check_same_base(checkpoint.base, base, adapters=resume)
 
 
 def check_reachable(steps: int, step: int, *, source: str) -> None:
@@ -176,6 +216,8 @@ def start(run: Run, *, registry: Registry, world: World = World()) -> Trainer:
     if run.memory_check:
         check_memory(run.spec, run.config, registry, world=world, strategy=run.strategy)
     model = run.weights.model() if run.weights else build(run.spec, registry=registry, seed=run.config.seed)
+    if run.spec.adapters and not model.adapted:  # a base checkpoint: its adapters go on now, from the run's seed
+        adapt(model, run.spec, registry, seed=run.config.seed)
     return Trainer(model, run.data, run.config, world=world, strategy=run.strategy, resume=run.resume)
 
 
@@ -246,7 +288,8 @@ class _Keeper:
         if self.run.out is None or not (self.trainer.sharded or world.is_main) or self.saved_step == self.trainer.step:
             return
         self.trainer.check_weights()  # never a non-finite checkpoint over a good one
-        checkpoint = attrs.evolve(self.trainer.checkpoint(), carried=self.run.carried)  # a collective under FSDP
+        checkpoint = attrs.evolve(self.trainer.checkpoint(), carried=self.run.carried,  # a collective under FSDP
+                                  base=self.run.base)
         if world.is_main:
             save_checkpoint(self.run.out, checkpoint, overwrite=self.replace)
             self.replace = True  # later saves of this run replace its own checkpoint
