@@ -131,7 +131,7 @@ def adapter_base(opened: Source, spec: ModelSpec, registry: Registry, *,
         return opened.base() or base_reference(opened.path)
     what = "a spec file's random weights" if opened.kind == "spec" else "a Hugging Face directory"
     hint = "train the spec without [[adapters]] first, then adapters over its checkpoint" if opened.kind == "spec" \
-        else f"import it first (`blockspec import {opened.path} --out CKPT`), then train adapters over CKPT"
+        else f"import it first (`blockspec import-hf {opened.path} --out CKPT`), then train adapters over CKPT"
     raise CheckpointError(Problem(file=str(opened.path), message=f"adapters train over a base checkpoint, not over "
                                   f"{what}", hint=hint))
 
