@@ -19,7 +19,7 @@ from blockspec.cli import main
 from blockspec.errors import InputError
 from blockspec.interop.peft_export import peft_modules
 
-from .adapter_helpers import IDS, assert_close, gpt2_hf, imported, llama_hf, logits, with_adapters
+from .adapter_helpers import assert_close, gpt2_hf, imported, llama_hf, logits, with_adapters
 from .weights_helpers import llama_spec
 
 peft = pytest.importorskip("peft")

@@ -38,6 +38,7 @@ def _replaced(model: Transformer, plain: Callable[[Adapter], nn.Linear]) -> Tran
         layer.train(adapter.training)
         parent, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, name, layer)
+    assert model.spec is not None, "a model with adapters has the spec that lists them"
     model.spec = evolve(model.spec, adapters=())
     model.adapted = {}
     return model

@@ -36,6 +36,7 @@ from blockspec.interop.weight_map import Rule, output_rows
 from blockspec.modules.adapter import Adapter
 from blockspec.modules.transformer import Transformer
 from blockspec.outputs.targets import check_writable_target
+from blockspec.spec.schema import ModelSpec
 
 PREFIX = "base_model.model."  # PeftModel wraps a LoraModel wrapping the transformers model
 DISTRIBUTION = "blockspec-adapters"
@@ -77,7 +78,7 @@ def peft_modules(model: Transformer) -> list[PeftModule]:
     if not getattr(model, "adapted", None):
         raise InputError(Problem(path="model", expected="a model with adapters (its spec's [[adapters]])",
                                  found="none", hint="export the plain model with export_hf"))
-    base = evolve(model.spec, adapters=())
+    base = evolve(_spec(model), adapters=())
     family = export_family(model, base)
     rules = {rule.target: rule for rule in family.rules(base)}
     found: list[PeftModule] = []
@@ -87,32 +88,42 @@ def peft_modules(model: Transformer) -> list[PeftModule]:
     return found
 
 
+@frozen(kw_only=True)
+class _Lora:
+    """What PEFT's LoRA reads off one adapter: A (r, in), B (out, r), DoRA's magnitude (out,), the options."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    magnitude: torch.Tensor | None
+    rank: int
+    alpha: float
+    dropout: float
+
+
 def _parts(model: Transformer, path: str, rule: Rule | None, family: str) -> list[PeftModule]:
     """The Hugging Face modules the adapter at ``path`` becomes: one, or one per part of a fused layer."""
-    adapter = _lora_like(model, path)
+    lora = _lora_like(model, path)
     if rule is None:
         raise _refused(model, path, f"the {family} export has no weight of its own for {path}")
-    weights = {"lora_B.weight": adapter.lora_B.weight}  # (out, r): by output rows
-    if USE_DORA[model.adapted[path].name]:
-        weights["lora_magnitude_vector"] = adapter.lora_magnitude_vector  # (out,)
+    by_rows = {"lora_B.weight": lora.b, **({"lora_magnitude_vector": lora.magnitude} if lora.magnitude is not None
+                                           else {})}
     try:
-        split = {key: output_rows(rule, hf_rows(model, {f"{path}.weight": w})[f"{path}.weight"].detach())
-                 for key, w in weights.items()}
+        split = {key: output_rows(rule, hf_rows(model, {f"{path}.weight": rows})[f"{path}.weight"])
+                 for key, rows in by_rows.items()}
     except ValueError as error:
         raise _refused(model, path, f"the {family} export stores {path} apart: {error}") from None
-    return [_module(adapter, path, source.removesuffix(".weight"), rule.transpose,
+    return [_module(lora, path, source.removesuffix(".weight"), rule.transpose,
                     {key: parts[i] for key, parts in split.items()}) for i, source in enumerate(rule.sources)]
 
 
-def _module(adapter: Adapter, path: str, name: str, transposed: bool, rows: dict[str, torch.Tensor]) -> PeftModule:
-    dropout = getattr(adapter.lora_dropout, "p", 0.0)
-    tensors = {"lora_A.weight": adapter.lora_A.weight.detach(), **rows}  # A (r, in) is every part's
-    return PeftModule(name=name, source=path, rank=adapter.rank, alpha=float(adapter.alpha), dropout=float(dropout),
-                      dora="lora_magnitude_vector" in rows, transposed=transposed,
+def _module(lora: _Lora, path: str, name: str, transposed: bool, rows: dict[str, torch.Tensor]) -> PeftModule:
+    tensors = {"lora_A.weight": lora.a, **rows}  # A (r, in) is every part's
+    return PeftModule(name=name, source=path, rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+                      dora=lora.magnitude is not None, transposed=transposed,
                       tensors={key: t.clone(memory_format=torch.contiguous_format) for key, t in tensors.items()})
 
 
-def _lora_like(model: Transformer, path: str) -> Adapter:
+def _lora_like(model: Transformer, path: str) -> _Lora:
     """The adapter at ``path`` if PEFT's LoRA computes it: blockspec-adapters' lora or dora, scaled alpha / rank."""
     component, adapter = model.adapted[path], model.get_submodule(path)
     if component.name not in USE_DORA or component.distribution != DISTRIBUTION or not isinstance(adapter, Adapter):
@@ -122,7 +133,10 @@ def _lora_like(model: Transformer, path: str) -> Adapter:
     if not isinstance(rank, int) or not isinstance(alpha, (int, float)) or not isinstance(scaling, float) \
             or not math.isclose(scaling, alpha / rank):
         raise _refused(model, path, f"{path}: its update is not scaled by alpha / rank, as PEFT's LoRA scales it")
-    return adapter
+    magnitude = adapter.get_parameter("lora_magnitude_vector").detach() if USE_DORA[component.name] else None
+    return _Lora(a=adapter.get_parameter("lora_A.weight").detach(), b=adapter.get_parameter("lora_B.weight").detach(),
+                 magnitude=magnitude, rank=rank, alpha=float(alpha),
+                 dropout=float(getattr(adapter.get_submodule("lora_dropout"), "p", 0.0)))
 
 
 def _check_shared(model: Transformer, modules: list[PeftModule]) -> None:
@@ -153,8 +167,15 @@ def adapter_config(modules: list[PeftModule]) -> dict[str, object]:
     }
 
 
+def _spec(model: Transformer) -> ModelSpec:
+    if model.spec is None:
+        raise InputError(Problem(path="model", expected="a model with a spec (blockspec.build, blockspec.load)",
+                                 found="none"))
+    return model.spec
+
+
 def _refused(model: Transformer, path: str, message: str, hint: str | None = None) -> InputError:
-    return InputError(Problem(file=model.spec.source, path="$.adapters", message=message, hint=hint))
+    return InputError(Problem(file=_spec(model).source, path="$.adapters", message=message, hint=hint))
 
 
 __all__ = ["PeftModule", "adapter_config", "export_peft", "peft_modules"]
