@@ -135,3 +135,30 @@ def test_a_source_without_adapters_and_an_existing_folder_are_refused(registry, 
     assert "--force" in capsys.readouterr().err
     assert main(["export-peft", str(tmp_path / "adapted"), "--out", str(tmp_path / "peft"), "--force", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["modules"][0] == "transformer.h.0.attn.c_attn"
+
+
+def test_a_lora_fine_tune_of_an_imported_gpt2_merges_and_exports_with_blockspecs_logits(registry, tmp_path, capsys):
+    """The issue's acceptance run: 50 steps of an imported GPT-2-shaped model with LoRA on its attention, then
+    merged and exported for transformers, and exported for PEFT onto the exported base; same logits each way."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from blockspec.checkpoint.directory import load
+
+    from .corpus import small_play
+    from .weights_helpers import randomized
+
+    hf = randomized(GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=48, vocab_size=80,
+                                               bos_token_id=0, eos_token_id=0)))
+    model = with_adapters(imported(hf, tmp_path / "hf", registry), registry,
+                          {"use": "lora", "targets": ["@attention"], "rank": 4, "alpha": 8.0})
+    save(model, tmp_path / "adapted")
+    (tmp_path / "play.txt").write_text(small_play(), encoding="utf-8")
+    assert main(["train", str(tmp_path / "adapted"), "--data", str(tmp_path / "play.txt"), "--steps", "50",
+                 "--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--out", str(tmp_path / "tuned"),
+                 "--quiet"]) == 0
+    tuned = load(tmp_path / "tuned")
+    assert main(["merge", str(tmp_path / "tuned"), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["export-hf", str(tmp_path / "merged"), "--out", str(tmp_path / "merged-hf")]) == 0
+    assert_close(logits(GPT2LMHeadModel.from_pretrained(tmp_path / "merged-hf")), logits(tuned), "merged, exported")
+    theirs, _, _ = exported(tuned, tmp_path / "peft-run", capsys)
+    assert_close(logits(theirs), logits(tuned), "PeftModel on the exported base")
