@@ -41,6 +41,14 @@ def llama_hf() -> torch.nn.Module:
     return randomized(transformers.LlamaForCausalLM(config))
 
 
+def neox_hf() -> torch.nn.Module:
+    """GPT-NeoX: q, k, v fused per head (rows regrouped against blockspec's), half the head rotated."""
+    config = transformers.GPTNeoXConfig(hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                                        num_attention_heads=4, max_position_embeddings=64, vocab_size=61,
+                                        rotary_pct=0.5, bos_token_id=0, eos_token_id=0)
+    return randomized(transformers.GPTNeoXForCausalLM(config))
+
+
 def imported(hf_model: torch.nn.Module, folder: Path, registry) -> blockspec.Transformer:
     """``hf_model`` saved to ``folder`` and imported: a blockspec model carrying its config.json."""
     hf_model.save_pretrained(folder)

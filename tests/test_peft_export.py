@@ -2,8 +2,9 @@
 
 ``PeftModel.from_pretrained(base, DIR)``, on the base ``export-peft --base`` (``export-hf`` of the model without
 its adapters) writes, must give blockspec's logits to 1e-4: GPT-2's fused Conv1D c_attn with LoRA and DoRA,
-Llama's q/k/v and gate/up, which blockspec fuses and PEFT keeps apart, and an interleaved-RoPE model whose q and k
-rows move on export. Adapter weights are trained off their initial values first (B starts at zero).
+Llama's q/k/v and gate/up, which blockspec fuses and PEFT keeps apart, GPT-NeoX's query_key_value, whose rows are
+regrouped, and an interleaved-RoPE model whose q and k rows move on export. Adapter weights are trained off their
+initial values first (B starts at zero).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from blockspec.cli import main
 from blockspec.errors import InputError
 from blockspec.interop.peft_export import peft_modules
 
-from .adapter_helpers import assert_close, gpt2_hf, imported, llama_hf, logits, with_adapters
+from .adapter_helpers import assert_close, gpt2_hf, imported, llama_hf, logits, neox_hf, with_adapters
 from .weights_helpers import llama_spec
 
 peft = pytest.importorskip("peft")
@@ -29,7 +30,8 @@ GPT2 = ({"use": "{use}", "targets": ["@attention"], "rank": 4, "alpha": 6.0},
 LLAMA = ({"use": "{use}", "targets": ["@attention", "blocks.0.ffn.up"], "rank": 4, "alpha": 6.0},
          {"use": "{use}", "targets": ["blocks.1.ffn.down"], "rank": 2})
 CASES = {"gpt2-lora": (gpt2_hf, GPT2, "lora"), "gpt2-dora": (gpt2_hf, GPT2, "dora"),
-         "llama-lora": (llama_hf, LLAMA, "lora"), "llama-dora": (llama_hf, LLAMA, "dora")}
+         "llama-lora": (llama_hf, LLAMA, "lora"), "llama-dora": (llama_hf, LLAMA, "dora"),
+         "neox-dora": (neox_hf, LLAMA, "dora")}
 
 
 def entries(template: tuple[dict, ...], use: str) -> list[dict]:

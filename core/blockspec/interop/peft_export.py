@@ -104,14 +104,14 @@ def _parts(model: Transformer, path: str, rule: Rule | None, family: str) -> lis
     """The Hugging Face modules the adapter at ``path`` becomes: one, or one per part of a fused layer."""
     lora = _lora_like(model, path)
     if rule is None:
-        raise _refused(model, path, f"the {family} export has no weight of its own for {path}")
+        raise _refused(model, f"the {family} export has no weight of its own for {path}")
     by_rows = {"lora_B.weight": lora.b, **({"lora_magnitude_vector": lora.magnitude} if lora.magnitude is not None
                                            else {})}
     try:
         split = {key: output_rows(rule, hf_rows(model, {f"{path}.weight": rows})[f"{path}.weight"])
                  for key, rows in by_rows.items()}
     except ValueError as error:
-        raise _refused(model, path, f"the {family} export stores {path} apart: {error}") from None
+        raise _refused(model, f"the {family} export stores {path} apart: {error}") from None
     return [_module(lora, path, source.removesuffix(".weight"), rule.transpose,
                     {key: parts[i] for key, parts in split.items()}) for i, source in enumerate(rule.sources)]
 
@@ -127,12 +127,12 @@ def _lora_like(model: Transformer, path: str) -> _Lora:
     """The adapter at ``path`` if PEFT's LoRA computes it: blockspec-adapters' lora or dora, scaled alpha / rank."""
     component, adapter = model.adapted[path], model.get_submodule(path)
     if component.name not in USE_DORA or component.distribution != DISTRIBUTION or not isinstance(adapter, Adapter):
-        raise _refused(model, path, f"{path} is wrapped by {component.qualified_name}, which PEFT's LoRA does not "
+        raise _refused(model, f"{path} is wrapped by {component.qualified_name}, which PEFT's LoRA does not "
                                     f"compute", f"PEFT's layout holds {DISTRIBUTION}'s lora and dora")
     rank, alpha, scaling = (getattr(adapter, name, None) for name in ("rank", "alpha", "scaling"))
     if not isinstance(rank, int) or not isinstance(alpha, (int, float)) or not isinstance(scaling, float) \
             or not math.isclose(scaling, alpha / rank):
-        raise _refused(model, path, f"{path}: its update is not scaled by alpha / rank, as PEFT's LoRA scales it")
+        raise _refused(model, f"{path}: its update is not scaled by alpha / rank, as PEFT's LoRA scales it")
     magnitude = adapter.get_parameter("lora_magnitude_vector").detach() if USE_DORA[component.name] else None
     return _Lora(a=adapter.get_parameter("lora_A.weight").detach(), b=adapter.get_parameter("lora_B.weight").detach(),
                  magnitude=magnitude, rank=rank, alpha=float(alpha),
@@ -144,11 +144,11 @@ def _check_shared(model: Transformer, modules: list[PeftModule]) -> None:
     first = modules[0]
     for module in modules[1:]:
         if module.dora != first.dora:
-            raise _refused(model, module.source, f"{module.source} has {'dora' if module.dora else 'lora'} and "
+            raise _refused(model, f"{module.source} has {'dora' if module.dora else 'lora'} and "
                                                  f"{first.source} {'dora' if first.dora else 'lora'}: PEFT's "
                                                  "use_dora holds for every module of one adapter")
         if module.dropout != first.dropout:
-            raise _refused(model, module.source, f"{module.source} has dropout {module.dropout:g} and {first.source} "
+            raise _refused(model, f"{module.source} has dropout {module.dropout:g} and {first.source} "
                                                  f"{first.dropout:g}: PEFT's lora_dropout is one rate for every "
                                                  "module of one adapter")
 
@@ -174,7 +174,7 @@ def _spec(model: Transformer) -> ModelSpec:
     return model.spec
 
 
-def _refused(model: Transformer, path: str, message: str, hint: str | None = None) -> InputError:
+def _refused(model: Transformer, message: str, hint: str | None = None) -> InputError:
     return InputError(Problem(file=_spec(model).source, path="$.adapters", message=message, hint=hint))
 
 
