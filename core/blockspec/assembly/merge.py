@@ -32,13 +32,13 @@ def unload_adapters(model: Transformer) -> Transformer:
 
 def _replaced(model: Transformer, plain: Callable[[Adapter], nn.Linear]) -> Transformer:
     adapters = {path: model.get_submodule(path) for path in _adapted(model)}
+    assert model.spec is not None, "a model with adapters has the spec that lists them"
     for path, adapter in adapters.items():
         assert isinstance(adapter, Adapter), f"{path}: model.adapted names a {type(adapter).__name__}"
         layer = plain(adapter)
         layer.train(adapter.training)
         parent, _, name = path.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, name, layer)
-    assert model.spec is not None, "a model with adapters has the spec that lists them"
     model.spec = evolve(model.spec, adapters=())
     model.adapted = {}
     return model
