@@ -64,6 +64,9 @@ def test_every_command_reports_json():
 def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
     hf = export_hf(randomized(blockspec.build(llama_spec(registry, kv=2, tied=True), registry=registry), seed=6),
                    tmp / "hf")
+    adapted = {**blockspec.spec_to_dict(llama_spec(registry)), "adapters": [{"use": "lora", "targets": ["@attention"]}]}
+    blockspec.save(blockspec.build(blockspec.structure_spec(adapted, registry), registry=registry, seed=0),
+                   tmp / "adapted")
     return {
         "list": ["list", "--kind", "norm"],
         "check": ["check", TINY, str(folder / "micro.toml")],
@@ -83,6 +86,8 @@ def json_cases(folder: Path, tmp: Path, registry) -> dict[str, list]:
         "tokenizer": ["tokenizer", "train", folder / "play.txt", "--vocab-size", "260", "--out", tmp / "tok"],
         "data": ["data", "prepare", folder / "play.txt", "--tokenizer", "char", "--out", tmp / "data"],
         "schema": ["schema", "--out", tmp / "spec.schema.json"],
+        "merge": ["merge", tmp / "adapted", "--out", tmp / "merged"],
+        "export-peft": ["export-peft", tmp / "adapted", "--out", tmp / "peft"],
     }
 
 

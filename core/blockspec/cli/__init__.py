@@ -23,10 +23,12 @@ from blockspec.cli import (
     eval_cmd,
     explore_cmd,
     export_cmd,
+    export_peft_cmd,
     export_weights_cmd,
     generate_cmd,
     import_cmd,
     list_cmd,
+    merge_cmd,
     schema_cmd,
     show_cmd,
     sweep_cmd,
@@ -38,7 +40,7 @@ from blockspec.cli import (
 
 COMMANDS = (list_cmd, check_cmd, show_cmd, trace_cmd, explore_cmd, verify_cmd, import_cmd, export_cmd,
             export_weights_cmd, doctor_cmd, tokenizer_cmd, data_cmd, train_cmd, sweep_cmd, generate_cmd, eval_cmd,
-            schema_cmd)
+            schema_cmd, merge_cmd, export_peft_cmd)
 DEBUG_ENV = "BLOCKSPEC_DEBUG"
 
 

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from blockspec.interop.hf_export import export_hf
     from blockspec.interop.hf_import import import_hf, spec_from_hf
+    from blockspec.interop.peft_export import export_peft
 
 _LAZY = {
     "export_hf": "blockspec.interop.hf_export",
+    "export_peft": "blockspec.interop.peft_export",
     "import_hf": "blockspec.interop.hf_import",
     "spec_from_hf": "blockspec.interop.hf_import",
 }
@@ -25,4 +27,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'blockspec.interop' has no attribute {name!r}")
 
 
-__all__ = ["export_hf", "import_hf", "spec_from_hf"]
+__all__ = ["export_hf", "export_peft", "import_hf", "spec_from_hf"]

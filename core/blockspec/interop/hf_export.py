@@ -7,15 +7,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from blockspec.checkpoint.atomic import atomic_directory
 from blockspec.outputs.targets import check_writable_target
 from blockspec.errors import CheckpointError
 from blockspec.checkpoint.manifest import check_file_name
 from blockspec.modules.transformer import Transformer
+from blockspec.spec.schema import ModelSpec
 from blockspec.checkpoint.safetensors_file import write_file
 from blockspec.checkpoint.weights import unique_state
 from blockspec.interop import hf_config
 from blockspec.interop.families import family_for
+from blockspec.interop.family import Family
 from blockspec.interop.hf_layout import CONFIG, EXPORT, SAFETENSORS
 from blockspec.interop.rope_layout import interleaved_state_as_half
 from blockspec.interop.weight_map import to_hf
@@ -48,9 +52,7 @@ def export_hf(
     family = family_for(spec, prefer=_architecture(base_config))
     target = Path(directory)
     check_writable_target(target, kind=EXPORT, overwrite=overwrite)
-    state = unique_state(model)
-    if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
-        state = interleaved_state_as_half(state, spec.model, rotary_dim=getattr(model.positional, "rotary_dim", None))
+    state = hf_rows(model, unique_state(model))
     tensors = to_hf(family.rules(spec), state)
     dtype = str(next(iter(state.values())).dtype).removeprefix("torch.")
     config = hf_config.hf_config(spec, family, dtype=dtype, base=dict(base_config or {}))
@@ -60,6 +62,20 @@ def export_hf(
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         write_file(tensors, staging / SAFETENSORS, metadata={"format": "pt"})
     return target
+
+
+def hf_rows(model: Transformer, state: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """``state`` (blockspec's names) with the rows of an interleaved-RoPE model's q and k in Hugging Face's half
+    layout; any other model's as it is. The rows of a LoRA's B on qkv move the same way (``peft_export``)."""
+    spec = model.spec
+    if spec.positional.name == "rope" and getattr(spec.positional.config, "layout", "half") == "interleaved":
+        return interleaved_state_as_half(state, spec.model, rotary_dim=getattr(model.positional, "rotary_dim", None))
+    return state
+
+
+def export_family(model: Transformer, spec: ModelSpec) -> Family:
+    """The family ``export_hf`` writes ``spec`` as for ``model``: the one its carried config.json names, if it fits."""
+    return family_for(spec, prefer=_architecture(_carried_config(getattr(model, "carried", {}).get(CONFIG))))
 
 
 def _carried_config(data: bytes | None) -> dict[str, Any] | None:

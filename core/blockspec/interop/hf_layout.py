@@ -29,6 +29,11 @@ CARRIED = (CONFIG, "generation_config.json", *TOKENIZER_FILES)
 CACHE_SNAPSHOTS, CACHE_BLOBS = "snapshots", "blobs"  # huggingface_hub's cache: <repo>/snapshots/<rev>, <repo>/blobs
 # what ``export-hf --force`` may replace: a directory holding what an export writes and nothing else
 EXPORT = directory_kind("a Hugging Face export", markers=(CONFIG, SAFETENSORS), entries=(SAFETENSORS, *CARRIED))
+# PEFT's adapter directory (``PeftModel.from_pretrained(base, DIR)``), which ``export-peft --force`` may replace
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+PEFT_EXPORT = directory_kind("a PEFT adapter export", markers=(ADAPTER_CONFIG, ADAPTER_WEIGHTS),
+                             entries=(ADAPTER_CONFIG, ADAPTER_WEIGHTS))
 
 
 def is_hf_directory(path: str | Path) -> bool:

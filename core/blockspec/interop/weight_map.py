@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 import torch
-from attrs import frozen
+from attrs import evolve, frozen
 
 
 @frozen(kw_only=True)
@@ -82,6 +82,17 @@ def _unbuild(rule: Rule, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
         first, second = rule.regroup
         tensor = _swap_blocks(tensor, second, first)
     return tensor.split(list(rule.sizes), dim=0) if rule.sizes else (tensor,)
+
+
+def output_rows(rule: Rule, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A tensor indexed by the target's output features (a LoRA's B (out, r), a DoRA magnitude (out,)) -> one per
+    Hugging Face source, split and reordered as the weight's rows are (a Conv1D's transpose leaves rows alone).
+
+    ValueError for a rule whose sources do not each hold whole output rows (stacked experts, a transposed
+    weight that is also split or regrouped)."""
+    if rule.stack or rule.transpose and (rule.sizes or rule.regroup):
+        raise ValueError("its Hugging Face tensors do not hold whole output rows of it")
+    return _unbuild(evolve(rule, transpose=False), rows)
 
 
 def to_blockspec(rules: Iterable[Rule], read: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
