@@ -68,11 +68,11 @@ def score_batches(model: Transformer, batches: Iterable[Batch], *,
     count = 0
     with eval_mode(model), torch.inference_mode():
         for batch in batches:
-            nats = _batch_nats(model, batch, device)
+            nats, tokens = _batch_nats(model, batch, device), batch.tokens
             total += nats.to(total.dtype)
-            count += batch.tokens
+            count += tokens
             if after_batch is not None:
-                after_batch(batch.tokens)
+                after_batch(tokens)
     return Scored(nats=float(total), tokens=count)
 
 

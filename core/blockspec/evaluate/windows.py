@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 from attrs import frozen
-from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["Batch", "Window", "batches", "left_context", "windows"]
 
@@ -122,9 +121,8 @@ def _full_windows(read: int, context: int, stride: int) -> int:
 
 def _rows(held: np.ndarray, offset: int, first: int, count: int, context: int, stride: int) -> Batch:
     """Full windows first..first+count-1 as one batch; ``held`` is ids[offset:] and holds them all."""
-    begin = first * stride - offset
-    every = sliding_window_view(held[begin:begin + (count - 1) * stride + context + 1], context + 1)  # (n, C + 1)
-    ids = every[::stride].copy()  # (count, C + 1): the window beginning at every stride-th id
+    begins = first * stride - offset + stride * np.arange(count)  # (count,) into held
+    ids = held[begins[:, None] + np.arange(context + 1)]  # (count, 1) + (C + 1,) -> (count, C + 1), a copy
     scored_from = np.full(count, context - stride, dtype=np.int64)  # (count,) the last stride targets
     if first == 0:
         scored_from[0] = 0  # a text's first window scores all its targets
