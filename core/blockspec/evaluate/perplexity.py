@@ -1,29 +1,28 @@
 """Scoring windows through a model: the summed negative log-likelihood of every scored token, and its figures.
 
-Windows come from ``evaluate.windows`` as the text is read; they go through the model ``batch_size`` at a
-time (a batch holds windows of one length: only a text's last window, or the one of a text shorter than
-the context, is shorter), under ``torch.inference_mode`` with the model in eval mode. The sum is kept in
+Batches of windows come from ``evaluate.windows.batches`` as the text is read, one array each (a batch
+holds windows of one length: only a text's last window, or the one of a text shorter than the context, is
+shorter); they go through the model under ``torch.inference_mode`` with the model in eval mode. The sum is kept in
 float64 on the device (float32 on MPS, which has no float64), so scoring waits on the device only at the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from attrs import asdict, frozen
 
 from blockspec.data.measure import TextSize, bits_per_byte, bits_per_character
-from blockspec.evaluate.windows import Window
+from blockspec.evaluate.windows import Batch
 from blockspec.modules.transformer import Transformer
 from blockspec.generation.tokens import eval_mode, positionwise_head
 
-__all__ = ["Perplexity", "Scored", "score_windows"]
+__all__ = ["Perplexity", "Scored", "score_batches"]
 
 
 @frozen
@@ -61,15 +60,15 @@ class Perplexity:
         return asdict(self)
 
 
-def score_windows(model: Transformer, windows: Iterable[Window], *, batch_size: int,
+def score_batches(model: Transformer, batches: Iterable[Batch], *,
                   after_batch: Callable[[int], None] | None = None) -> Scored:
-    """The summed nats of the scored targets of ``windows``; ``after_batch(tokens)`` after each batch."""
+    """The summed nats of the scored targets of ``batches``; ``after_batch(tokens)`` after each batch."""
     device = next(model.parameters()).device
     total = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
     count = 0
     with eval_mode(model), torch.inference_mode():
-        for batch in _batches(windows, batch_size):
-            nats, tokens = _batch_nats(model, batch, device)
+        for batch in batches:
+            nats, tokens = _batch_nats(model, batch, device), batch.tokens
             total += nats.to(total.dtype)
             count += tokens
             if after_batch is not None:
@@ -77,31 +76,28 @@ def score_windows(model: Transformer, windows: Iterable[Window], *, batch_size: 
     return Scored(nats=float(total), tokens=count)
 
 
-def _batch_nats(model: Transformer, batch: list[Window], device: torch.device) -> tuple[torch.Tensor, int]:
-    """The summed nats of one batch's scored targets (a 0-d tensor on ``device``) and how many there are.
+def _batch_nats(model: Transformer, batch: Batch, device: torch.device) -> torch.Tensor:
+    """The summed nats of one batch's scored targets, a 0-d tensor on ``device``.
 
     Every window after a text's first scores the same last positions, so the loss is taken over those
     alone; a batch whose windows start scoring at different places masks instead. A head that works
     position by position (an "lm" head) is applied to pieces of the scored positions, each scored while
     its logits are still in the cache (``_piecewise_nats``)."""
-    ids = torch.from_numpy(np.stack([window.ids for window in batch])).to(device)  # (B, T + 1)
-    count = sum(len(window.ids) - 1 - window.scored_from for window in batch)
-    starts = {window.scored_from for window in batch}
-    if len(starts) == 1 and positionwise_head(model):
-        start = starts.pop()
+    ids = torch.from_numpy(batch.ids).to(device)  # (B, T + 1)
+    start = batch.start
+    if start is not None and positionwise_head(model):
         features = model(ids[:, :-1], features_only=True)[:, start:].flatten(0, 1)  # (B, T, d) -> (B·(T - s), d)
         targets = ids[:, start + 1:].flatten()  # (B·(T - s),)
-        return _piecewise_nats(model.head, features, targets, model.embedding.num_embeddings), count
+        return _piecewise_nats(model.head, features, targets, model.embedding.num_embeddings)
     logits = model(ids[:, :-1])  # (B, T, |V|)
-    if len(starts) == 1:
-        start = starts.pop()
+    if start is not None:
         tail = logits[:, start:].flatten(0, 1).float()  # (B·(T - start), |V|)
-        return F.cross_entropy(tail, ids[:, start + 1:].flatten(), reduction="sum"), count
+        return F.cross_entropy(tail, ids[:, start + 1:].flatten(), reduction="sum")
     nats = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten(), reduction="none")  # (B·T,)
     nats = nats.view(ids.shape[0], -1)  # (B, T)
-    first = torch.tensor([window.scored_from for window in batch], device=device)  # (B,)
+    first = torch.from_numpy(batch.scored_from).to(device)  # (B,)
     scored = torch.arange(nats.shape[1], device=device)[None, :] >= first[:, None]  # (B, T)
-    return (nats * scored).sum(), count
+    return (nats * scored).sum()
 
 
 PIECE_BYTES = {"cpu": 8 << 20}  # logits per piece: on the CPU a piece's cross-entropy reads them from the cache
@@ -118,20 +114,10 @@ def _piecewise_nats(head: torch.nn.Module, features: torch.Tensor, targets: torc
     alone 1.16 s). Pieces of 32 or 512 positions were slower than either."""
     device = features.device.type
     rows = max(PIECE_ROWS.get(device, 1), PIECE_BYTES.get(device, DEVICE_PIECE_BYTES) // (4 * vocab))
+    if len(features) <= rows:  # one piece, its sum the total: no splitting, no running sum
+        return F.cross_entropy(head(features[None])[0].float(), targets, reduction="sum")  # (1, M, d) -> (M, |V|)
     total = features.new_zeros((), dtype=torch.float32)
     for piece, wanted in zip(features.split(rows), targets.split(rows)):
         logits = head(piece[None])[0].float()  # (m, d) -> (1, m, d) -> (1, m, |V|) -> (m, |V|)
         total = total + F.cross_entropy(logits, wanted, reduction="sum")
     return total
-
-
-def _batches(windows: Iterable[Window], size: int) -> Iterator[list[Window]]:
-    """Consecutive windows, ``size`` at a time, a new batch where their length changes."""
-    batch: list[Window] = []
-    for window in windows:
-        if batch and (len(batch) == size or len(window.ids) != len(batch[0].ids)):
-            yield batch
-            batch = []
-        batch.append(window)
-    if batch:
-        yield batch

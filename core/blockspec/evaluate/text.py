@@ -1,7 +1,7 @@
 """``blockspec.evaluate_text``: loss, perplexity and bits per byte of a model on held-out text.
 
 A text file is read piece by piece (``evaluate.texts``), its ids cut into strided windows as they come
-(``evaluate.windows``) and scored a batch at a time (``evaluate.perplexity``): memory holds one piece of
+(``evaluate.windows.batches``) and scored a batch at a time (``evaluate.perplexity``): memory holds one piece of
 text, its ids and one batch, whatever the file's size. A prepared dataset directory gives its validation
 split, read from its memory map. Several texts are scored separately (each one's first token has no left
 context and is not scored) and summed: nats, tokens, bytes and characters.
@@ -23,9 +23,9 @@ from blockspec.data.prepared import PreparedDataset
 from blockspec.data.textfiles import check_text_files
 from blockspec.data.tokenizer import Tokenizer, TokenizerError
 from blockspec.errors import InputError, Problem
-from blockspec.evaluate.perplexity import Perplexity, Scored, score_windows
+from blockspec.evaluate.perplexity import Perplexity, Scored, score_batches
 from blockspec.evaluate.texts import TextTokens
-from blockspec.evaluate.windows import windows
+from blockspec.evaluate.windows import batches
 from blockspec.modules.transformer import Transformer
 from blockspec.sources import Source, open_source, tokenizer_at
 from blockspec.train.finite import check_finite_weights, non_finite_logits
@@ -75,7 +75,7 @@ def _scored(model: Transformer, texts: list[TextTokens | _Split], *, context: in
     nats, tokens, size = 0.0, 0, TextSize(bytes=0, characters=0)
     for text in texts:
         read = _Reported(text, progress)
-        one = score_windows(model, windows(read, context=context, stride=stride), batch_size=batch_size,
+        one = score_batches(model, batches(read, context=context, stride=stride, size=batch_size),
                             after_batch=read.report)
         read.report(0)
         nats, tokens = nats + one.nats, tokens + one.tokens

@@ -15,7 +15,10 @@ C - S + 1. ``stride = context`` gives non-overlapping windows; a smaller stride 
 context and costs C / S times the work.
 
 ``windows`` streams them: it holds the ids from the current window's start on (the next window and the
-ids of the piece being read), never the whole text.
+ids of the piece being read), never the whole text. ``batches`` streams the same windows already grouped
+as scoring takes them, ``size`` at a time and a new batch where their length changes (only the last window
+can be shorter), each batch one array cut from the ids: the windows of ``windows``, without a Python object
+per window (on the tiny model those cost about 6% of scoring).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 from attrs import frozen
 
-__all__ = ["Window", "left_context", "windows"]
+__all__ = ["Batch", "Window", "batches", "left_context", "windows"]
 
 
 @frozen(eq=False)
@@ -43,6 +46,25 @@ class Window:
     @property
     def targets(self) -> np.ndarray:
         return self.ids[1:]  # (T,)
+
+
+@frozen(eq=False)
+class Batch:
+    """Windows of one length as rows: row r is a window's ids, its targets from ``scored_from[r]`` on count."""
+
+    ids: np.ndarray  # (B, T + 1) int64: each row a window's inputs, then its last target
+    scored_from: np.ndarray  # (B,) int64: index into each row's targets, the first one it scores
+
+    @property
+    def start(self) -> int | None:
+        """The ``scored_from`` every row shares (scoring then takes those positions alone), else None."""
+        first = int(self.scored_from[0])
+        return first if (self.scored_from == first).all() else None
+
+    @property
+    def tokens(self) -> int:
+        """How many targets the batch scores."""
+        return int(self.ids.shape[0] * (self.ids.shape[1] - 1) - self.scored_from.sum())
 
 
 def left_context(position: int, context: int, stride: int) -> int:
@@ -69,3 +91,39 @@ def windows(pieces: Iterable[Sequence[int] | np.ndarray], *, context: int, strid
 def _window(held: np.ndarray, offset: int, begin: int, context: int, scored_to: int) -> Window:
     ids = held[begin - offset: begin - offset + context + 1]  # (<= C + 1,) a view
     return Window(begin=begin, ids=ids, scored_from=scored_to - begin)
+
+
+def batches(pieces: Iterable[Sequence[int] | np.ndarray], *, context: int, stride: int, size: int) -> Iterator[Batch]:
+    """The windows of ``windows(pieces, ...)`` in batches of ``size`` (fewer before the last, shorter window),
+    each as soon as the ids its windows need are read; it holds the ids from the first window not yet batched."""
+    held = np.zeros(0, dtype=np.int64)  # ids[offset:]
+    offset, number = 0, 0  # number: the windows batched so far; window k begins at k·stride
+    for piece in pieces:
+        held = np.concatenate((held, np.asarray(piece, dtype=np.int64)))  # (held + piece,)
+        while _full_windows(offset + len(held), context, stride) - number >= size:
+            yield _rows(held, offset, number, size, context, stride)
+            number += size
+        held, offset = held[number * stride - offset:], number * stride  # from the next window's start on
+    left = _full_windows(offset + len(held), context, stride) - number
+    if left > 0:
+        yield _rows(held, offset, number, left, context, stride)
+        number += left
+    scored_to = 0 if number == 0 else (number - 1) * stride + context  # the last position scored so far
+    if offset + len(held) - 1 > scored_to:  # targets past the last full window: one shorter window
+        yield Batch(ids=held[number * stride - offset:][None].copy(),  # (1, <= C)
+                    scored_from=np.array([scored_to - number * stride], dtype=np.int64))
+
+
+def _full_windows(read: int, context: int, stride: int) -> int:
+    """How many windows the first ``read`` ids fill: window k is full once id k·stride + context is read."""
+    return max(0, -(-(read - context) // stride))
+
+
+def _rows(held: np.ndarray, offset: int, first: int, count: int, context: int, stride: int) -> Batch:
+    """Full windows first..first+count-1 as one batch; ``held`` is ids[offset:] and holds them all."""
+    begins = first * stride - offset + stride * np.arange(count)  # (count,) into held
+    ids = held[begins[:, None] + np.arange(context + 1)]  # (count, 1) + (C + 1,) -> (count, C + 1), a copy
+    scored_from = np.full(count, context - stride, dtype=np.int64)  # (count,) the last stride targets
+    if first == 0:
+        scored_from[0] = 0  # a text's first window scores all its targets
+    return Batch(ids=ids, scored_from=scored_from)
