@@ -82,11 +82,11 @@ def test_a_model_without_adapters_is_refused_in_one_line(document, registry):
 def test_merge_writes_an_ordinary_checkpoint_with_the_sources_tokenizer(document, registry, tmp_path, capsys):
     text = tmp_path / "play.txt"
     text.write_text("To be, or not to be, that is the question.\n" * 40, encoding="utf-8")
-    spec = tmp_path / "lora.toml"
-    spec.write_text(EXAMPLE.read_text(encoding="utf-8") + '\n[[adapters]]\nuse = "lora"\ntargets = ["@attention"]\n'
-                    'rank = 4\n', encoding="utf-8")
-    assert main(["train", str(spec), "--data", str(text), "--steps", "1", "--batch-size", "2", "--eval-batches", "1",
-                 "--out", str(tmp_path / "tuned")]) == 0
+    lora = tmp_path / "lora.toml"
+    lora.write_text('[[adapters]]\nuse = "lora"\ntargets = ["@attention"]\nrank = 4\n', encoding="utf-8")
+    flags = ["--data", str(text), "--steps", "1", "--batch-size", "2", "--eval-batches", "1"]
+    assert main(["train", str(EXAMPLE), *flags, "--out", str(tmp_path / "base")]) == 0
+    assert main(["train", str(tmp_path / "base"), "--adapters", str(lora), *flags, "--out", str(tmp_path / "tuned")]) == 0
     source = trained(load(tmp_path / "tuned"))  # B moved off zero: the merge must carry it
     save(source, tmp_path / "lora.bs", extra_files={"tokenizer.json": read_extra_file(tmp_path / "tuned",
                                                                                       "tokenizer.json")})

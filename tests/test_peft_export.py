@@ -149,15 +149,17 @@ def test_a_lora_fine_tune_of_an_imported_gpt2_merges_and_exports_with_blockspecs
     from .corpus import small_play
     from .weights_helpers import randomized
 
-    hf = randomized(GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=48, vocab_size=80,
+    hf = randomized(GPT2LMHeadModel(GPT2Config(n_embd=128, n_layer=2, n_head=4, n_positions=48, vocab_size=1000,
                                                bos_token_id=0, eos_token_id=0)))
-    model = with_adapters(imported(hf, tmp_path / "hf", registry), registry,
-                          {"use": "lora", "targets": ["@attention"], "rank": 4, "alpha": 8.0})
-    save(model, tmp_path / "adapted")
+    hf.save_pretrained(tmp_path / "hf")
+    assert main(["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "base")]) == 0
+    (tmp_path / "lora.toml").write_text('[[adapters]]\nuse = "lora"\ntargets = ["@attention"]\nrank = 4\nalpha = 8.0\n')
     (tmp_path / "play.txt").write_text(small_play(), encoding="utf-8")
-    assert main(["train", str(tmp_path / "adapted"), "--data", str(tmp_path / "play.txt"), "--steps", "50",
-                 "--batch-size", "4", "--eval-batches", "1", "--eval-every", "0", "--out", str(tmp_path / "tuned"),
-                 "--quiet"]) == 0
+    assert main(["train", str(tmp_path / "base"), "--adapters", str(tmp_path / "lora.toml"), "--data",
+                 str(tmp_path / "play.txt"), "--steps", "50", "--batch-size", "4", "--eval-batches", "1",
+                 "--eval-every", "0", "--lr", "1e-2", "--out", str(tmp_path / "tuned"), "--quiet"]) == 0
+    size = {name: sum(f.stat().st_size for f in (tmp_path / name).rglob("*") if f.is_file()) for name in ("base", "tuned")}
+    assert not (tmp_path / "tuned" / "model.safetensors").exists() and size["tuned"] < 0.05 * size["base"], size
     tuned = load(tmp_path / "tuned")
     assert main(["merge", str(tmp_path / "tuned"), "--out", str(tmp_path / "merged")]) == 0
     assert main(["export-hf", str(tmp_path / "merged"), "--out", str(tmp_path / "merged-hf")]) == 0

@@ -127,6 +127,8 @@ def adapter_base(opened: Source, spec: ModelSpec, registry: Registry, *,
     if not spec.adapters:
         return None
     check_adapters(spec, registry, file=adapters)
+    if adapters is None and opened.kind in CHECKPOINT_KINDS and opened.base() is None:
+        return None  # a checkpoint saved whole with its adapters: it trains them frozen-based, and stays whole
     if opened.kind in CHECKPOINT_KINDS:
         return opened.base() or base_reference(opened.path)
     what = "a spec file's random weights" if opened.kind == "spec" else "a Hugging Face directory"
