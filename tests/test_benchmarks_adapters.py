@@ -38,13 +38,13 @@ def test_peft_lora_is_blockspec_lora_on_the_same_weights(registry, tiny_gpt2):
 def test_the_section_trains_the_same_function_and_counts_adam_state(registry, tiny_gpt2):
     result = adapters.compare(registry, rounds=2, batch=2, context=16, memory=False, spec=tiny_gpt2)
     trainable, state = result["trainable"], result["optimizer_state_bytes"]
-    per_layer = adapters.RANK * (32 + 96) + adapters.RANK * (32 + 32)  # qkv: A (r, 32), B (96, r); proj: (r, 32), (32, r)
+    per_layer = adapters.RANK * (32 + 96) + adapters.RANK * (32 + 32)  # qkv: A (r, 32), B (96, r); proj: 2 (32 x r)
     assert trainable["lora"] == trainable["peft"] == 2 * per_layer
     tensors = 2 * 2 * 2  # layers x (qkv, proj) x (A, B)
     assert state["lora"] == state["peft"] == 2 * 4 * trainable["lora"] + 4 * tensors  # exp_avg, exp_avg_sq, step
     assert len(result["losses"]["lora"]) == adapters.WARMUP + 1 + 2  # warm-up, interleave's warm call, rounds
     medians = {name: timing["median_s"] for name, timing in result["timings"].items()}
-    assert result["ratios"] == {"lora/full": medians["lora"] / medians["full"], "lora/peft": medians["lora"] / medians["peft"]}
+    assert result["ratios"] == {f"lora/{peer}": medians["lora"] / medians[peer] for peer in ("full", "peft")}
     assert result["loss_difference_lora_peft"] < 1e-4
     assert result["losses"]["full"][0] == pytest.approx(result["losses"]["lora"][0], abs=1e-5)  # the same base
     lines = report.adapter_lines({"adapters": result})
