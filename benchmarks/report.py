@@ -162,6 +162,42 @@ def registry_lines(results: dict[str, object]) -> list[str]:
     ]
 
 
+def adapter_lines(results: dict[str, object]) -> list[str]:
+    """LoRA vs full fine-tuning and vs PEFT's LoRA: step time, optimizer state, memory, against issue 26's targets."""
+    a = results.get("adapters")
+    if not a:
+        return []
+    head = (f"GPT-2 small, batch {a['batch']} x {a['tokens']} tokens, LoRA rank {a['rank']}, alpha {a['alpha']:g} "
+            f"on {', '.join(a['targets'])} (PEFT: {', '.join(a['peft_targets'])}); the largest loss difference "
+            f"LoRA vs PEFT over the timed steps: {a['loss_difference_lora_peft']:.2e}.")
+    paired = a["ratios_paired"]
+    rows = [_adapter_row("trainable parameters", a["trainable"], "{:,}", None),
+            _adapter_row("step (ms)", {n: t["median_s"] * 1e3 for n, t in a["timings"].items()}, "{:.1f}", STEP_TARGETS,
+                         f"; paired {paired['lora/full']:.3f}", f"; paired {paired['lora/peft']:.3f}"),
+            _adapter_row("optimizer state (MiB)", _mib(a["optimizer_state_bytes"]), "{:.2f}", (0.02, None))]
+    if "memory" in a:
+        for key, label, targets in (("peak_bytes", "peak training memory (MiB)", (1.0, None)),
+                                    ("step_peak_bytes", "a step's peak above its resident set (MiB)", None)):
+            rows.append(_adapter_row(label, _mib({n: m[key] for n, m in a["memory"].items()}), "{:.1f}", targets))
+    return [head, "", "| metric | full | LoRA | PEFT LoRA | LoRA / full | LoRA / PEFT |",
+            "| --- | --- | --- | --- | --- | --- |", *rows]
+
+
+STEP_TARGETS = (1.0, 1.0)  # issue 26: LoRA's step at most full fine-tuning's and PEFT's
+
+
+def _mib(values: dict[str, int]) -> dict[str, float]:
+    return {name: value / 2**20 for name, value in values.items()}
+
+
+def _adapter_row(label: str, values: dict[str, float], fmt: str, targets: tuple[float | None, float | None] | None,
+                 *notes: str) -> str:
+    """One row: full, LoRA and PEFT's figures, then LoRA / full and LoRA / PEFT against their targets."""
+    cells = [fmt.format(values[n]) for n in ("full", "lora", "peft")]
+    ratios = [values["lora"] / values[peer] for peer in ("full", "peft")]
+    verdicts = [_verdict(r, t) + note for r, t, note in zip(ratios, targets or (None, None), notes or ("", ""))]
+    return f"| {label} | {' | '.join(cells)} | {' | '.join(verdicts)} |"
+
 def markdown(results: dict[str, object]) -> str:
     m = results["machine"]
     out = [
@@ -199,6 +235,8 @@ def markdown(results: dict[str, object]) -> str:
          ["| case | eval | bare forward | ratio |", "| --- | --- | --- | --- |"], eval_rows),
         ("Graph breaks", [], graph_break_lines),
         ("Registry costs", [], registry_lines),
+        ("Adapter fine-tuning: LoRA vs full fine-tuning and vs PEFT's LoRA, same model, batches and AdamW", [],
+         adapter_lines),
     ]
     for title, header, rows in sections:
         body = rows(results)

@@ -20,11 +20,11 @@ sys.path.insert(0, str(HERE.parent))  # run as a script: the repository root hol
 import torch  # noqa: E402
 
 import blockspec  # noqa: E402
-from benchmarks import (cases, compiled, evaluation, generation, graph_breaks, memory, registry_costs, report,  # noqa: E402
-                        speed, static_decode)
+from benchmarks import (adapters, cases, compiled, evaluation, generation, graph_breaks, memory,  # noqa: E402
+                        registry_costs, report, speed, static_decode)
 
 SECTIONS = ("speed", "memory", "build", "generation", "eval", "registry", "graph_breaks", "compile",
-            "static_decode")  # the order they run in
+            "static_decode", "adapters")  # the order they run in
 CASE_SECTIONS = ("speed", "memory", "build", "generation", "eval", "compile", "static_decode")
 
 
@@ -61,9 +61,10 @@ def case_steps(case: cases.Case, registry: blockspec.Registry, scale: float, thr
     }
 
 
-def global_steps(registry: blockspec.Registry) -> dict[str, object]:
+def global_steps(registry: blockspec.Registry, scale: float, threads: int) -> dict[str, object]:
     """The measurements that are not per case."""
     return {
+        "adapters": lambda: adapters.compare(registry, max(3, round(adapters.ROUNDS * scale)), threads),
         "graph_breaks": lambda: [graph_breaks.check_combo(c, registry, training=t)
                                  for c in graph_breaks.first_party_combos(registry) for t in (False, True)],
         "registry": lambda: {"discovery": registry_costs.discovery(5), "list": registry_costs.cli_list(5),
@@ -84,7 +85,7 @@ def run(argv: list[str] | None = None) -> dict[str, object]:
         for case in chosen if section in CASE_SECTIONS else [None]:
             _log(f"{section}{'' if case is None else ': ' + case.name}")
             if case is None:
-                results[section] = global_steps(registry)[section]()
+                results[section] = global_steps(registry, args.rounds, threads)[section]()
             else:
                 entry = results["cases"].setdefault(case.name, {"batch": case.batch, "tokens": case.tokens})
                 entry[section] = per_case[case.name][section]()
