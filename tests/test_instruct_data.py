@@ -105,22 +105,29 @@ def test_a_template_is_cut_never_formatted():
     assert template.sides("{response} {0} {x!r}", "%s {prompt}") == ("[{response} {0} {x!r}] => ", "%s {prompt}.")
 
 
-def micro_trainer(registry, data, **settings) -> Trainer:
+LORA = '\n[[adapters]]\nuse = "lora"\ntargets = ["@attention", "@ffn"]\nrank = 2\n'
+
+
+def micro_trainer(registry, data, adapters: bool = False, **settings) -> Trainer:
+    """The micro spec's trainer; with ``adapters``, LoRA on every projection over its frozen base."""
     config = TrainConfig(**{"steps": 3, "batch_size": 8, "eval_every": 0, "eval_batches": 2, "lr": 1e-2,
                             **settings})
-    spec = blockspec.loads_spec(spec_text(name="qa-micro", vocab_size=VOCAB, context_length=CONTEXT, d_model=16,
-                                          n_layers=1, n_heads=2, d_ff=32), registry)
+    text = spec_text(name="qa-micro", vocab_size=VOCAB, context_length=CONTEXT, d_model=16, n_layers=1, n_heads=2,
+                     d_ff=32)
+    spec = blockspec.loads_spec(text + (LORA if adapters else ""), registry)
     return Trainer(blockspec.build(spec, registry=registry, seed=0), data, config)
 
 
 def loss_and_gradients(trainer: Trainer, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     loss = trainer.loss(x, y)
-    return loss.detach(), list(torch.autograd.grad(loss, list(trainer.raw.parameters())))
+    trainable = [p for p in trainer.raw.parameters() if p.requires_grad]  # the adapters alone over a frozen base
+    return loss.detach(), list(torch.autograd.grad(loss, trainable))
 
 
-@pytest.fixture(scope="module")
-def masked_trainer(registry, root):
-    return micro_trainer(registry, PreparedDataset(root / "data"))
+@pytest.fixture(scope="module", params=["full", "adapters"])
+def masked_trainer(registry, root, request):
+    """Full fine-tuning and adapter fine-tuning score the same targets: the mask is the data's, not the model's."""
+    return micro_trainer(registry, PreparedDataset(root / "data"), adapters=request.param == "adapters")
 
 
 @settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
