@@ -150,3 +150,24 @@ def test_adapters_need_a_base_checkpoint_that_has_none_yet(room, capsys, tmp_pat
                        "--steps", 2, "--out", tmp_path / "out", *TRAIN)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert ("base checkpoint" in err) if source == "spec" else ("[[adapters]] already" in err), err
+
+
+@pytest.mark.parametrize("document, message", [
+    (b"[1]", "$: expected a JSON object, found list"),
+    (b"{", "not valid JSON"),
+    (b'{"format": "blockspec-adapter-base", "version": 1, "path": "../b", "spec_sha256": "x", '
+     b'"weights_sha256": "x"}', "$.spec_sha256: expected 64 lowercase hex digits"),
+])
+def test_a_damaged_base_json_is_named_with_its_path(document, message):
+    from blockspec.checkpoint.base_ref import read_base_json
+
+    with pytest.raises(CheckpointError) as caught:
+        read_base_json(document, Path("ad"))
+    assert str(caught.value).startswith("ad/base.json: ") and message in str(caught.value)
+
+
+def test_an_edited_base_json_fails_the_manifest_before_it_is_read(room, capsys, tmp_path):
+    adapter_run(capsys, room, tmp_path / "ad", 3)
+    (tmp_path / "ad" / "base.json").write_text((tmp_path / "ad" / "base.json").read_text().replace("..", "/etc"))
+    with pytest.raises(CheckpointError, match="base.json"):
+        blockspec.load(tmp_path / "ad")

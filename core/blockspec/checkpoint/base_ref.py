@@ -21,6 +21,7 @@ from blockspec.checkpoint.layout import BASE_FILE, SPEC_FILE, WEIGHTS_FILE
 from blockspec.checkpoint.manifest import Manifest, Sha256, read_manifest
 from blockspec.errors import CheckpointError, Problem
 from blockspec.spec.documents import structure_document
+from blockspec.spec.json_read import json_object
 from blockspec.spec.validators import Check
 
 FORMAT = "blockspec-adapter-base"
@@ -77,14 +78,8 @@ def base_json(base: BaseReference, target: Path) -> bytes:
 
 def read_base_json(data: bytes, checkpoint: Path) -> BaseReference:
     """The reference ``checkpoint``'s base.json (already verified against its manifest) holds."""
-    file = str(checkpoint / BASE_FILE)
-    try:
-        document = json.loads(data)
-    except ValueError as error:
-        raise CheckpointError(f"{file}: not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise CheckpointError(f"{file}: expected a JSON object, found {type(document).__name__}")
-    read = structure_document(document, BaseDocument, file=file, error=CheckpointError)
+    file = checkpoint / BASE_FILE
+    read = structure_document(json_object(data, file), BaseDocument, file=str(file), error=CheckpointError)
     return BaseReference(path=Path(os.path.abspath(checkpoint / read.path)), spec_sha256=read.spec_sha256,
                          weights_sha256=read.weights_sha256)
 
