@@ -16,7 +16,7 @@ import blockspec
 from benchmarks.cases import Case
 from benchmarks.timing import interleave, paired_ratio
 from blockspec.data.tokenizer import CharTokenizer
-from blockspec.evaluate.windows import windows
+from blockspec.evaluate.windows import batches
 
 TOKENS = 16_384  # scored per round: windows of the case's length, enough that per-call costs are amortised
 BATCH = 8
@@ -30,15 +30,15 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
     context, vocab = min(spec.model.context_length, case.tokens), min(spec.model.vocab_size, 65)
     tokenizer = CharTokenizer("".join(chr(0x41 + i) for i in range(vocab)))
     ids = np.random.default_rng(0).integers(0, vocab, TOKENS + 1)  # TOKENS // context full windows
-    batches = [torch.from_numpy(np.stack([w.inputs for w in batch])) for batch in  # (B, T) each
-               _grouped(list(windows([ids], context=context, stride=context)), BATCH)]
+    inputs = [torch.from_numpy(batch.ids[:, :-1].copy())  # (B, T + 1) -> (B, T): the inputs alone
+              for batch in batches([ids], context=context, stride=context, size=BATCH)]
     with tempfile.TemporaryDirectory() as folder:
         text = Path(folder) / "held-out.txt"
         text.write_text(tokenizer.decode(ids.tolist()), encoding="utf-8")
         timings = interleave({
             "eval": lambda: blockspec.evaluate_text(model, text, context=context, stride=context, batch_size=BATCH,
                                                     tokenizer=tokenizer),
-            "bare": lambda: _bare(model, batches)}, rounds=rounds, warmup=1)
+            "bare": lambda: _bare(model, inputs)}, rounds=rounds, warmup=1)
     tokens = TOKENS
     tps = {name: tokens / t.median for name, t in timings.items()}
     return {"status": "measured", "tokens": tokens, "context": context, "batch": BATCH, "tokens_per_s": tps,
@@ -46,11 +46,7 @@ def compare(case: Case, registry: blockspec.Registry, rounds: int) -> dict[str, 
             "target": TARGET, "timings": {name: t.as_dict() for name, t in timings.items()}}
 
 
-def _bare(model: torch.nn.Module, batches: list[torch.Tensor]) -> None:
+def _bare(model: torch.nn.Module, inputs: list[torch.Tensor]) -> None:
     with torch.inference_mode():
-        for inputs in batches:
-            model(inputs)  # (B, T, |V|)
-
-
-def _grouped(items: list, size: int) -> list[list]:
-    return [items[start:start + size] for start in range(0, len(items), size)]
+        for batch in inputs:
+            model(batch)  # (B, T, |V|)

@@ -41,6 +41,7 @@ def _replaced(model: Transformer, plain: Callable[[Adapter], nn.Linear]) -> Tran
         setattr(model.get_submodule(parent) if parent else model, name, layer)
     model.spec = evolve(model.spec, adapters=())
     model.adapted = {}
+    model.base = None  # an adapter checkpoint's base reference: a plain model is saved whole
     return model
 
 

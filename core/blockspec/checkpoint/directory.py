@@ -228,7 +228,6 @@ def _adapted(tree: PinnedDirectory, manifest: Manifest, spec: ModelSpec, registr
 
     recorded = read_base_json(verified_bytes(tree, manifest, BASE_FILE), given)
     base = _base_model(recorded, given, registry)
-    check_same_base(recorded, base.base, adapters=given)
     _check_base_spec(base.spec, spec, recorded, given)
     model = adapt(base, spec, registry)
     with tree.open(ADAPTER_FILE) as adapters:
@@ -238,16 +237,14 @@ def _adapted(tree: PinnedDirectory, manifest: Manifest, spec: ModelSpec, registr
 
 
 def _base_model(recorded: BaseReference, adapters: Path, registry: Registry) -> Transformer:
-    """The base checkpoint's model, with the reference to what it holds now (``model.base``) beside it."""
+    """The base checkpoint's model, once its manifest says it holds what the adapters were trained on."""
     if not is_checkpoint(recorded.path):
         raise CheckpointError(Problem(file=str(adapters / BASE_FILE), path="$.path",
                                       message=f"the base checkpoint {recorded.path} is not there",
                                       hint="these adapters need the base they were trained on: put it back at that "
                                            "path (base.json's path is relative to the adapter checkpoint)"))
-    found = base_reference(recorded.path)
-    base = load(recorded.path, registry=registry)
-    base.base = found
-    return base
+    check_same_base(recorded, base_reference(recorded.path), adapters=adapters)  # its manifest: before its weights
+    return load(recorded.path, registry=registry)
 
 
 def _check_base_spec(base: ModelSpec, adapted: ModelSpec, recorded: BaseReference, adapters: Path) -> None:

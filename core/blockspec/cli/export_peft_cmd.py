@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from blockspec.errors import InputError, Problem
 from blockspec.interop.hf_layout import EXPORT, PEFT_EXPORT
 from blockspec.outputs.targets import check_writable_target
-from blockspec.cli.common import add_json_argument, emit_json, flag_names, registry_with_warnings
+from blockspec.cli.common import add_json_argument, emit_json, flag_names
 
 FLAGS = {"overwrite": "--force"}
 
@@ -37,14 +36,10 @@ def _export(args: argparse.Namespace) -> int:
     from blockspec.assembly.merge import unload_adapters
     from blockspec.interop import export_hf
     from blockspec.interop.peft_export import export_peft, peft_modules
-    from blockspec.sources import open_source
+    from blockspec.cli.merge_cmd import open_adapted
     from blockspec.sources.hf_export_files import export_files
 
-    source = open_source(args.source, registry_with_warnings(), with_weights=True)
-    if not source.spec.adapters:
-        raise InputError(Problem(file=str(source.path), path="$.adapters", expected="[[adapters]] to export",
-                                 found="none", hint="export the plain model with blockspec export-hf"))
-    model = source.model()
+    source, model = open_adapted(args.source, doing="export", hint="export the plain model with blockspec export-hf")
     modules = [m.name for m in peft_modules(model)]  # refused here, before anything is written
     with flag_names(FLAGS):
         export_peft(model, args.out, overwrite=args.force)

@@ -31,13 +31,8 @@ def _merge(args: argparse.Namespace) -> int:
     from blockspec.assembly.merge import merge_adapters
     from blockspec.checkpoint.directory import save
     from blockspec.checkpoint.layout import carried_entries
-    from blockspec.sources import open_source
 
-    source = open_source(args.source, registry_with_warnings(), with_weights=True)
-    if not source.spec.adapters:
-        raise InputError(Problem(file=str(source.path), path="$.adapters", expected="[[adapters]] to merge",
-                                 found="none", hint="its weights are plain already: use it as it is"))
-    model = source.model()
+    source, model = open_adapted(args.source, doing="merge", hint="its weights are plain already: use it as it is")
     merged = sorted(model.adapted)
     merge_adapters(model)
     extra = {"merged_from": source.path.resolve().name, "adapters": [entry.use for entry in source.spec.adapters]}
@@ -49,6 +44,18 @@ def _merge(args: argparse.Namespace) -> int:
     print(f"merged {source.path} -> {args.out}  ({len(merged)} adapted layers folded in; carried files: "
           f"{', '.join(carried) or 'none'})")
     return 0
+
+
+def open_adapted(path: str, *, doing: str, hint: str):
+    """(the source, its model) of a model source with [[adapters]]; one without is refused before its weights
+    are read."""
+    from blockspec.sources import open_source
+
+    source = open_source(path, registry_with_warnings(), with_weights=True)
+    if not source.spec.adapters:
+        raise InputError(Problem(file=str(source.path), path="$.adapters", expected=f"[[adapters]] to {doing}",
+                                 found="none", hint=hint))
+    return source, source.model()
 
 
 def own_tokenizer(source) -> dict[str, bytes]:

@@ -68,6 +68,9 @@ class Transformer(nn.Module):
         self.spec = spec
         self.provenance: dict[str, Component] = dict(provenance or {})
         self.adapted: dict[str, Component] = {}  # module path -> the adapter wrapping it ([[adapters]]; assembly)
+        # the base checkpoint adapters were trained over (a checkpoint.base_ref.BaseReference): save then writes
+        # the adapters alone; None for a model saved whole
+        self.base: object | None = None
         # Hugging Face files the model came with (config.json, tokenizer files), by name: save and export_hf
         # write them back, so a model read from a source keeps them wherever it goes.
         self.carried: dict[str, bytes] = {}

@@ -127,10 +127,11 @@ def adapter_base(opened: Source, spec: ModelSpec, registry: Registry, *,
     if not spec.adapters:
         return None
     check_adapters(spec, registry, file=adapters)
-    if adapters is None and opened.kind in CHECKPOINT_KINDS and opened.base() is None:
-        return None  # a checkpoint saved whole with its adapters: it trains them frozen-based, and stays whole
     if opened.kind in CHECKPOINT_KINDS:
-        return opened.base() or base_reference(opened.path)
+        recorded = opened.base()  # an adapter checkpoint's own base
+        if recorded is None and adapters is None:
+            return None  # a checkpoint saved whole with its adapters: it trains them frozen-based, and stays whole
+        return recorded or base_reference(opened.path)
     what = "a spec file's random weights" if opened.kind == "spec" else "a Hugging Face directory"
     hint = "train the spec without [[adapters]] first, then adapters over its checkpoint" if opened.kind == "spec" \
         else f"import it first (`blockspec import-hf {opened.path} --out CKPT`), then train adapters over CKPT"
