@@ -28,6 +28,24 @@ settings.register_profile("thorough", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+SLOW_ENV = "BLOCKSPEC_SLOW"
+
+
+def slow_opted_in(config: pytest.Config) -> bool:
+    """Slow checks run with `-m slow` or BLOCKSPEC_SLOW=1; the default run stays inside CI's budget."""
+    return "slow" in (config.option.markexpr or "") or os.environ.get(SLOW_ENV, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The one place a `slow` mark becomes a skip, with the mark's reason when it gives one."""
+    if slow_opted_in(config):
+        return
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None:
+            why = mark.args[0] if mark.args else "a long check"
+            item.add_marker(pytest.mark.skip(reason=f"slow: {why} (run with -m slow or {SLOW_ENV}=1)"))
+
 
 @pytest.fixture(scope="session")
 def registry() -> blockspec.Registry:

@@ -18,7 +18,6 @@ batch, generation at most a few tokens (after the library has checked the real r
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 
@@ -188,9 +187,7 @@ def test_every_command_line_is_answered_within_the_contract(command, assets, che
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(subcommands()))
-def test_many_more_command_lines(command, assets, cheap, capsys, request):
-    if "slow" not in (request.config.option.markexpr or "") and os.environ.get("BLOCKSPEC_SLOW", "") in ("", "0"):
-        pytest.skip("slow: run with -m slow or BLOCKSPEC_SLOW=1")
+def test_many_more_command_lines(command, assets, cheap, capsys):
     _sweep(command, assets, capsys, max_examples=300)
 
 

@@ -44,7 +44,6 @@ from .corpus import shakespeare_path, small_play
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")))
-SLOW_ENV = "BLOCKSPEC_SLOW"
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*example:\s*(.*?)\s*-->\s*$")
 COMMAND_START = re.compile(r"^(\$ |(\w+=\S*\s+)*(blockspec|python3?|pip|bash|torchrun)(\s|$))")
@@ -121,8 +120,8 @@ def cases() -> list[list[Example]]:
 
 
 def case_param(case: list[Example]):
-    slow = any(example.marked("slow") for example in case)
-    return pytest.param(case, id=case[0].where, marks=[pytest.mark.slow] if slow else [])
+    slow = next((example.marked("slow") for example in case if example.marked("slow")), None)
+    return pytest.param(case, id=case[0].where, marks=[pytest.mark.slow(slow[len("slow: "):])] if slow else [])
 
 
 # -- what an example may need, by the name its `needs` marker gives -----------------------------
@@ -251,11 +250,7 @@ RUNNERS = {"console": run_commands, "shell": run_commands, "python": run_python,
 
 
 @pytest.mark.parametrize("case", [case_param(case) for case in cases()])
-def test_example_runs_as_written(case: list[Example], tmp_path: Path, request) -> None:
-    slow = [example.marked("slow") for example in case if example.marked("slow")]
-    opted_in = "slow" in (request.config.option.markexpr or "") or os.environ.get(SLOW_ENV, "") not in ("", "0")
-    if slow and not opted_in:
-        pytest.skip(f"{slow[0]} (run with -m slow or {SLOW_ENV}=1)")
+def test_example_runs_as_written(case: list[Example], tmp_path: Path) -> None:
     prepare(tmp_path, case)
     for example in case:
         RUNNERS[example.kind](example, tmp_path)

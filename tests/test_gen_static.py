@@ -3,7 +3,6 @@ graph serves every step, and its tokens are today's dynamic decoding's, eager or
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -155,15 +154,8 @@ def test_seeded_compiled_draws_are_the_dynamic_draws(models):
     assert sampled_tokens(models["rope"], PROMPTS, 4, compile=True, backend="aot_eager") == expected
 
 
-@pytest.fixture
-def opt_in(request):
-    """Slow tests run with -m slow or BLOCKSPEC_SLOW=1 (as tests/test_graph_breaks.py)."""
-    if "slow" not in (request.config.option.markexpr or "") and os.environ.get("BLOCKSPEC_SLOW", "") in ("", "0"):
-        pytest.skip("slow: run with -m slow or BLOCKSPEC_SLOW=1")
-
-
 @pytest.mark.slow
-def test_inductor_compiled_decoding_gives_the_dynamic_tokens(models, opt_in):
+def test_inductor_compiled_decoding_gives_the_dynamic_tokens(models):
     """The default backend (C++ kernels from inductor on the CPU), as ``--compile`` runs it."""
     torch._dynamo.reset()
     assert static_tokens(models["rope"], PROMPTS, compile=True) == dynamic_tokens(models["rope"], PROMPTS)

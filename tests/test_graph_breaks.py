@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -11,13 +10,6 @@ import blockspec
 from benchmarks.graph_breaks import Combo, check_combo, first_party_combos, tiny_spec
 
 pytestmark = pytest.mark.slow
-SLOW_ENV = "BLOCKSPEC_SLOW"
-
-
-@pytest.fixture(autouse=True)
-def _opt_in(request):
-    if "slow" not in (request.config.option.markexpr or "") and os.environ.get(SLOW_ENV, "") in ("", "0"):
-        pytest.skip(f"slow: run with -m slow or {SLOW_ENV}=1")
 
 
 def test_every_first_party_combination_is_listed(registry):

@@ -4,7 +4,6 @@ responses alone (issue 26, item 5): a prompt's target changes nothing, an old da
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 
@@ -243,11 +242,8 @@ def test_a_tokenizer_with_nothing_to_end_an_example_is_refused_before_any_work(t
 
 
 @pytest.mark.slow  # two processes start (about 5 s); the one-process weighting test above keeps the arithmetic
-def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, root, tmp_path, request):
+def test_two_processes_weigh_their_scored_targets_as_one_process_does(registry, root, tmp_path):
     from .test_distributed import torchrun
-
-    if "slow" not in (request.config.option.markexpr or "") and os.environ.get("BLOCKSPEC_SLOW", "") in ("", "0"):
-        pytest.skip("slow: run with -m slow or BLOCKSPEC_SLOW=1")  # as test_graph_breaks and test_cli_sweep
 
     flags = ["--steps", "1", "--batch-size", "8", "--eval-every", "0", "--eval-batches", "2", "--grad-accum", "2"]
     summary = torchrun(str(root / "spec.toml"), "--data", str(root / "data"), *flags, "--out", "ckpt", cwd=tmp_path)
