@@ -31,6 +31,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 SLOW_ENV = "BLOCKSPEC_SLOW"
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist each worker takes its share of the cores: two workers of two threads each on two
+    cores would spend the run switching between them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+_share_the_cores()
+
+
 def slow_opted_in(config: pytest.Config) -> bool:
     """Slow checks run with `-m slow` or BLOCKSPEC_SLOW=1; the default run stays inside CI's budget."""
     return "slow" in (config.option.markexpr or "") or os.environ.get(SLOW_ENV, "") not in ("", "0")
