@@ -64,16 +64,23 @@ def score_batches(model: Transformer, batches: Iterable[Batch], *,
                   after_batch: Callable[[int], None] | None = None) -> Scored:
     """The summed nats of the scored targets of ``batches``; ``after_batch(tokens)`` after each batch."""
     device = next(model.parameters()).device
-    total = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    parts: list[torch.Tensor] = []  # each batch's 0-d sum, added up once at the end
     count = 0
     with eval_mode(model), torch.inference_mode():
         for batch in batches:
-            nats, tokens = _batch_nats(model, batch, device), batch.tokens
-            total += nats.to(total.dtype)
-            count += tokens
+            parts.append(_batch_nats(model, batch, device))
+            count += batch.tokens
             if after_batch is not None:
-                after_batch(tokens)
-    return Scored(nats=float(total), tokens=count)
+                after_batch(batch.tokens)
+        total = _sum(parts, device)
+    return Scored(nats=total, tokens=count)
+
+
+def _sum(parts: list[torch.Tensor], device: torch.device) -> float:
+    """The batches' float32 sums added in float64 (float32 on MPS, which has no float64), in one call."""
+    if not parts:
+        return 0.0
+    return float(torch.stack(parts).to(torch.float32 if device.type == "mps" else torch.float64).sum())
 
 
 def _batch_nats(model: Transformer, batch: Batch, device: torch.device) -> torch.Tensor:

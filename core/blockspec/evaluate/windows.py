@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
-from attrs import frozen
+from attrs import field, frozen
 
 __all__ = ["Batch", "Window", "batches", "left_context", "windows"]
 
@@ -50,20 +50,22 @@ class Window:
 
 @frozen(eq=False)
 class Batch:
-    """Windows of one length as rows: row r is a window's ids, its targets from ``scored_from[r]`` on count."""
+    """Windows of one length as rows: row r is a window's ids, its targets from ``scored_from[r]`` on count.
+
+    ``start`` and ``tokens`` are worked out once, as the batch is made: scoring reads both for every batch."""
 
     ids: np.ndarray  # (B, T + 1) int64: each row a window's inputs, then its last target
     scored_from: np.ndarray  # (B,) int64: index into each row's targets, the first one it scores
+    start: int | None = field(init=False)  # the scored_from every row shares (scoring takes those alone), else None
+    tokens: int = field(init=False)  # how many targets the batch scores
 
-    @property
-    def start(self) -> int | None:
-        """The ``scored_from`` every row shares (scoring then takes those positions alone), else None."""
+    @start.default
+    def _shared_start(self) -> int | None:
         first = int(self.scored_from[0])
         return first if (self.scored_from == first).all() else None
 
-    @property
-    def tokens(self) -> int:
-        """How many targets the batch scores."""
+    @tokens.default
+    def _scored_targets(self) -> int:
         return int(self.ids.shape[0] * (self.ids.shape[1] - 1) - self.scored_from.sum())
 
 

@@ -351,8 +351,11 @@ def positionwise_head(model: Transformer) -> bool:
 def eval_mode(model: torch.nn.Module) -> Iterator[None]:
     """``model`` in eval mode inside the block (no dropout), in its own mode again after."""
     was_training = model.training
-    model.eval()
+    switch = any(module.training for module in model.modules())  # all in eval already: no switch, either way
+    if switch:
+        model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        if switch:
+            model.train(was_training)
