@@ -13,6 +13,7 @@ from blockspec.testing.harness import assume, exercise, normal
 from blockspec.testing.properties.base import (
     LEAK_DTYPES, Property, assert_close, assert_like, assert_shape, assert_unchanged, promised_option, sequence_cases,
 )
+from blockspec.testing.properties.cache import ReferenceEncoder
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -36,7 +37,8 @@ def check_causal(component: Component, case: Case, device: str) -> None:
 
 
 def check_weights(component: Component, case: Case, device: str) -> None:
-    """Every head's weights: row 0 is [1, 0, ..., 0], nothing above the diagonal, rows sum to 1."""
+    """Every head's weights: nothing above the diagonal; rows sum to 1 with row 0 [1, 0, ..., 0], or, for
+    attention with sinks, each row is the softmax of the masked scores joined by its head's sink logit."""
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     if not (hasattr(module, "project") and hasattr(module, "weights")):
@@ -44,12 +46,46 @@ def check_weights(component: Component, case: Case, device: str) -> None:
     with torch.no_grad():
         q, k, _ = module.project(x, PositionalEncoding(), case.start)
         weights = module.weights(q, k).double()  # (B, h, N, N)
+    above = weights.triu(diagonal=1)
+    assert_close(above, torch.zeros_like(above), "attention weights above the diagonal", atol=0, rtol=0)
+    if "sinks" in component.promises:
+        _check_sink_weights(module, q, k, weights, _options(component, case, module)[1])
+        return
     first = torch.zeros_like(weights[..., 0, :])
     first[..., 0] = 1.0
     assert_close(weights[..., 0, :], first, "first row of the attention weights", atol=1e-6, rtol=0)
-    above = weights.triu(diagonal=1)
-    assert_close(above, torch.zeros_like(above), "attention weights above the diagonal", atol=0, rtol=0)
     assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), "row sums", atol=1e-5, rtol=0)
+
+
+def _check_sink_weights(module, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, window: int | None) -> None:
+    """weights (B, h, N, N) against softmax([scores() + causal (windowed) mask, sink_h]) without the sink's
+    column."""
+    if not (hasattr(module, "scores") and hasattr(module, "sinks")):
+        raise NotApplicable("an attention with sinks needs scores() and sinks to check its weights against")
+    with torch.no_grad():
+        scores = module.scores(q, k).double()  # (B, h, N, N)
+    n = scores.shape[-1]
+    expected = softmax_with_sinks(scores + reference_mask(n, n, window, scores.device), module.sinks)
+    assert_close(weights, expected, "attention weights against softmax(masked scores joined by each head's sink)",
+                 atol=1e-6, rtol=1e-5)
+
+
+def reference_mask(n_q: int, n_k: int, window: int | None, device: torch.device) -> torch.Tensor:
+    """(n_q, n_k) additive float64 mask, the queries being the last n_q of n_k positions: query i sees key j
+    when j <= i, and, with a window w, j > i - w."""
+    i = torch.arange(n_k - n_q, n_k, device=device)[:, None]
+    j = torch.arange(n_k, device=device)[None, :]
+    allowed = (j <= i) & (j > i - window) if window is not None else j <= i
+    return torch.zeros(n_q, n_k, dtype=torch.float64, device=device).masked_fill(~allowed, float("-inf"))
+
+
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Masked scores (B, h, N_q, N_k) -> weights: each head's sink logit joins every row's softmax and its
+    column is dropped (it takes no value), so rows sum to below 1; without sinks, the plain softmax."""
+    if sinks is None:
+        return scores.softmax(dim=-1)
+    column = sinks.double().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)  # (h,) -> (B, h, N_q, 1)
+    return torch.cat([scores, column], dim=-1).softmax(dim=-1)[..., :-1]  # (B, h, N_q, N_k + 1) -> (.., N_k)
 
 
 def _option(component: Component, case: Case, promise: str, off: object = None) -> object:
@@ -119,6 +155,85 @@ def check_qk_norm(component: Component, case: Case, device: str) -> None:
                      "before the learned scale", atol=1e-3, rtol=0)
 
 
+# ---- softmax_heads: forward, cached and uncached, against the attention written out from project()'s q, k, v ----
+
+def _options(component: Component, case: Case, module) -> tuple[float | None, int | None, torch.Tensor | None]:
+    """The promised options the reference computes with: (softcap, sliding window, sinks), None where off."""
+    cap = promised_option(component, case, "logit_softcap") if "logit_softcap" in component.promises else None
+    window = promised_option(component, case, "sliding_window") if "sliding_window" in component.promises else None
+    sinks = module.sinks if "sinks" in component.promises else None
+    return cap, window, sinks  # type: ignore[return-value]
+
+
+def reference_heads(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options) -> torch.Tensor:
+    """softmax(cap(q·kᵀ·scale) + mask, with sinks)·v per head, in float64: q (B, h, N_q, hs) the last N_q of
+    the N_k positions of k, v (B, kv, N_k, hs), each kv head serving h / kv query heads -> (B, h, N_q, hs)."""
+    cap, window, sinks = options
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, dim=1) for t in (k, v))  # (B, kv, N_k, hs) -> (B, h, N_k, hs)
+    scale = float(getattr(module, "scale", q.shape[-1] ** -0.5))
+    scores = q.double() @ k.transpose(-2, -1) * scale  # (B, h, N_q, N_k)
+    if cap is not None:
+        scores = cap * torch.tanh(scores / cap)
+    scores = scores + reference_mask(q.shape[-2], k.shape[-2], window, q.device)
+    return softmax_with_sinks(scores, sinks) @ v
+
+
+def reference_output(module, heads: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The module's output projection of the heads (B, h, N, hs), joined: (B, N, h·hs) -> (B, N, d)."""
+    batch, _, n_tokens, _ = heads.shape
+    joined = heads.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, h, N, hs) -> (B, N, h·hs)
+    with torch.no_grad():
+        return module.proj(joined.to(like.dtype))
+
+
+def check_softmax_heads(component: Component, case: Case, device: str) -> None:
+    """forward, in one call and decoded through a LayerCache (a prefix, then two tokens a call), equals the
+    output projection of softmax(capped scores + causal, windowed mask, with sinks)·v over project()'s q, k, v."""
+    built, (x,), _ = exercise(component, case, device)
+    module = built.module
+    if not (hasattr(module, "project") and hasattr(module, "proj")):
+        raise NotApplicable("the module exposes no project() and proj to write its attention out from")
+    options = _options(component, case, module)
+    x = x * (case.factor if options[0] is not None else 1.0)  # a cap only bends scores of its own size
+    encoder = ReferenceEncoder(case.model.n_heads, rotates=True, biases=False, dtype=x.dtype).to(device)
+    with torch.no_grad():
+        q, k, v = module.project(x, encoder, 0)
+        whole = module(x, encoder, 0)
+        cached = _decoded(module, x, encoder, case)
+    expected = reference_output(module, reference_heads(module, q, k, v, options), x)
+    tol = _tolerance(case, expected)
+    what = _described_options(options)
+    assert_close(whole, expected, f"forward against the attention written out ({what})", **tol)
+    for first, end, part in cached:
+        assert_close(part, expected[:, first:end], f"forward through a LayerCache at positions {first}..{end - 1} "
+                     f"against the attention written out ({what})", **tol)
+
+
+def _decoded(module, x: torch.Tensor, encoder, case: Case) -> list[tuple[int, int, torch.Tensor]]:
+    """x (B, N, d) through a fresh LayerCache: positions 0..cut in one call, then two at a time."""
+    hs, kv = getattr(module, "head_dim", case.model.head_dim), getattr(module, "n_kv_heads", case.model.kv_heads)
+    shape = (case.batch, kv, case.tokens + 1, hs)  # one slot spare: the module must use what update() returns
+    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape))
+    bounds = [0, *range(case.cut + 1, case.tokens, 2), case.tokens]
+    calls = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [(a, b, module(x[:, a:b], encoder, a, cache)) for a, b in calls]
+
+
+def _tolerance(case: Case, expected: torch.Tensor) -> dict[str, float]:
+    """Relative to the outputs' size: the kernels (SDPA, an explicit softmax) round apart."""
+    peak = expected.double().abs().max().item() if expected.numel() else 0.0
+    tol = 1e-10 if case.dtype == "float64" else 1e-5
+    return dict(atol=tol * max(peak, 1e-30), rtol=10 * tol)
+
+
+def _described_options(options) -> str:
+    cap, window, sinks = options
+    parts = [f"logit_softcap {cap:g}" if cap is not None else "no softcap",
+             f"sliding_window {window}" if window is not None else "no window"]
+    return ", ".join(parts + (["sinks"] if sinks is not None else []))
+
+
 ATTENTION = (
     Property(name="contract", kind="attention", check=check_contract, summary="(B, N, d) -> (B, N, d)"),
     Property(name="causal", cases=sequence_cases, kind="attention", promise="causal", check=check_causal,
@@ -133,4 +248,7 @@ ATTENTION = (
              summary="with logit_softcap c: no score exceeds c"),
     Property(name="qk_norm", kind="attention", promise="qk_norm", check=check_qk_norm,
              summary="with qk_norm: q and k have unit RMS before the learned scale"),
+    Property(name="softmax_heads", cases=sequence_cases, kind="attention", promise="softmax_heads",
+             check=check_softmax_heads, share=0.6,
+             summary="forward, cached and uncached == proj(softmax(capped, masked scores, sinks)·v) from project()"),
 )
