@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from blockspec.modules.kv_cache import LayerCache
@@ -138,21 +141,47 @@ def check_logit_softcap(component: Component, case: Case, device: str) -> None:
 
 
 def check_qk_norm(component: Component, case: Case, device: str) -> None:
-    """With qk_norm: every head's q and k (per head, or all heads joined) have RMS 1 before the learned scale."""
+    """With qk_norm: every head's q and k (per head, or all heads joined), divided by the learned scale, have
+    the RMS an RMSNorm gives its input u: rms(u)/√(rms(u)² + eps), which is 1 up to eps/(2·rms(u)²)."""
     mode = _option(component, case, "qk_norm", "none")
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     if not (hasattr(module, "project") and hasattr(module, "q_norm")):
         raise NotApplicable("the module exposes no project() and q_norm to check")
-    with torch.no_grad():
+    with torch.no_grad(), _norm_inputs(module) as seen:
         q, k, _ = module.project(x, PositionalEncoding(), case.start)  # (B, h, N, hs), (B, kv, N, hs)
     for name, t, norm in (("q", q, module.q_norm), ("k", k, module.k_norm)):
         t = t.double()
         if mode == "all":
-            t = t.transpose(1, 2).flatten(2)  # (B, N, heads·hs)
+            t = t.transpose(1, 2).flatten(2)  # (B, h, N, hs) -> (B, N, heads·hs)
         rms = (t / norm.weight.double()).pow(2).mean(-1).sqrt()
-        assert_close(rms, torch.ones_like(rms), f"RMS of each {'token' if mode == 'all' else 'head'}'s {name} "
-                     "before the learned scale", atol=1e-3, rtol=0)
+        expected = _normalised_rms(seen.get(name), norm, rms.shape, t.dtype)
+        assert_close(rms, expected, f"RMS of each {'token' if mode == 'all' else 'head'}'s {name} before the learned "
+                     "scale, against rms(u)/√(rms(u)² + eps) of the norm's input u", atol=1e-4, rtol=0)
+
+
+@contextmanager
+def _norm_inputs(module) -> Iterator[dict[str, torch.Tensor]]:
+    """The inputs q_norm and k_norm receive while the block runs, by "q" and "k"."""
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [getattr(module, f"{name}_norm").register_forward_pre_hook(
+        lambda _m, args, name=name: seen.__setitem__(name, args[0])) for name in "qk"]
+    try:
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def _normalised_rms(given: torch.Tensor | None, norm, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """What RMSNorm's output RMS is for each row of its input: rms/√(rms² + eps) (1 where the norm was never
+    called as a module: then only rows far above eps can be checked, and 1 is what they give)."""
+    if given is None or given.shape[:-1] != shape:
+        return torch.ones(shape, dtype=dtype, device=given.device if given is not None else None)
+    eps = getattr(norm, "eps", None)
+    eps = torch.finfo(given.dtype).eps if eps is None else eps
+    ms = given.double().pow(2).mean(-1)
+    return (ms / (ms + eps)).sqrt()
 
 
 # ---- softmax_heads: forward, cached and uncached, against the attention written out from project()'s q, k, v ----
