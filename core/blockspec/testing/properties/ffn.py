@@ -164,11 +164,13 @@ def check_mixture_permutation(component: Component, case: Case, device: str) -> 
 
 def check_aux_loss(component: Component, case: Case, device: str) -> None:
     """In training mode forward leaves ``aux_loss``, a finite scalar whose gradient reaches the router's
-    weight; in eval mode it is None."""
+    weight; in eval mode it is None. Every token is the same one, so the routing is as unbalanced as it gets
+    (a perfectly balanced routing is where a balancing loss is flat)."""
     module = build_isolated(component, case, device=device).module
     n_experts = module.router.weight.shape[0]
     assume(top_k(module) < n_experts, "every token goes to every expert: a balancing loss is constant")
-    x = normal(case, case.batch, case.tokens, case.model.d_model, device=device)  # (B, N, d)
+    token = normal(case, 1, 1, case.model.d_model, device=device)
+    x = token.expand(case.batch, case.tokens, -1).contiguous()  # (1, 1, d) -> (B, N, d), one token repeated
     module.train()
     module(x)
     loss = getattr(module, "aux_loss", None)
