@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -186,12 +187,12 @@ def _normalised_rms(given: torch.Tensor | None, norm, shape: torch.Size, dtype: 
 
 # ---- softmax_heads: forward, cached and uncached, against the attention written out from project()'s q, k, v ----
 
-def _options(component: Component, case: Case, module) -> tuple[float | None, int | None, torch.Tensor | None]:
+def _options(component: Component, case: Case, module) -> tuple[Any, Any, torch.Tensor | None]:
     """The promised options the reference computes with: (softcap, sliding window, sinks), None where off."""
     cap = promised_option(component, case, "logit_softcap") if "logit_softcap" in component.promises else None
     window = promised_option(component, case, "sliding_window") if "sliding_window" in component.promises else None
     sinks = module.sinks if "sinks" in component.promises else None
-    return cap, window, sinks  # type: ignore[return-value]
+    return cap, window, sinks
 
 
 def reference_heads(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options) -> torch.Tensor:
@@ -269,7 +270,7 @@ ATTENTION = (
              weights="trained", dtypes=LEAK_DTYPES,
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
-             summary="row 0 is [1, 0, ...], no weight above the diagonal"),
+             summary="no weight above the diagonal; rows sum to 1 (with sinks: the softmax joined by each head's sink)"),
     Property(name="sliding_window", cases=sequence_cases, kind="attention", promise="sliding_window",
              check=check_sliding_window,
              summary="with sliding_window w: output at i ignores tokens before i - w + 1, cached or not"),
