@@ -246,9 +246,9 @@ CORPUS.correct("attention", "sink_attention", CausalAttentionConfig, attention_a
 CORPUS.mutant("attention", "sink_takes_value", CausalAttentionConfig, attention_as(SinkTakesValue), like=SINKS,
               catches="softmax_heads", bug="the sink's share of each row attends to the first token's value")
 CORPUS.mutant("attention", "sink_after_softmax", CausalAttentionConfig, attention_as(SinkAfterSoftmax), like=SINKS,
-              catches="weights", bug="the sink applied after the softmax: each row scaled by 1/(1 + e^sink)")
+              catches="sinks", bug="the sink applied after the softmax: each row scaled by 1/(1 + e^sink)")
 CORPUS.mutant("attention", "sink_per_kv_head", CausalAttentionConfig, attention_as(SinkPerKVHead), like=SINKS,
-              catches="weights", bug="one sink per kv head repeated over its group, as k and v are")
+              catches="sinks", bug="one sink per kv head repeated over its group, as k and v are")
 CORPUS.mutant("attention", "softcap_forgotten_in_forward", CausalAttentionConfig,
               attention_as(SoftcapForgottenInForward), like=CAUSAL, catches="softmax_heads",
               bug="scores() caps, but forward takes the fused SDPA kernel without the cap")

@@ -40,20 +40,24 @@ def check_causal(component: Component, case: Case, device: str) -> None:
                      f"outputs at 0..{case.cut} after changing positions {keep}..")
 
 
-def check_weights(component: Component, case: Case, device: str) -> None:
-    """Every head's weights: nothing above the diagonal; rows sum to 1 with row 0 [1, 0, ..., 0], or, for
-    attention with sinks, each row is the softmax of the masked scores joined by its head's sink logit."""
+def _weights(component: Component, case: Case, device: str):
+    """(module, q, k, weights (B, h, N, N) in float64) from project() and weights()."""
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     if not (hasattr(module, "project") and hasattr(module, "weights")):
         raise NotApplicable("the module exposes no project()/weights() to read attention weights from")
     with torch.no_grad():
         q, k, _ = module.project(x, PositionalEncoding(), case.start)
-        weights = module.weights(q, k).double()  # (B, h, N, N)
+        return module, q, k, module.weights(q, k).double()
+
+
+def check_weights(component: Component, case: Case, device: str) -> None:
+    """Every head's weights: nothing above the diagonal; rows sum to 1 with row 0 [1, 0, ..., 0] (with sinks
+    they sum to below 1: the ``sinks`` property checks them)."""
+    _, _, _, weights = _weights(component, case, device)
     above = weights.triu(diagonal=1)
     assert_close(above, torch.zeros_like(above), "attention weights above the diagonal", atol=0, rtol=0)
     if "sinks" in component.promises:
-        _check_sink_weights(module, q, k, weights, _options(component, case, module)[1])
         return
     first = torch.zeros_like(weights[..., 0, :])
     first[..., 0] = 1.0
@@ -61,9 +65,11 @@ def check_weights(component: Component, case: Case, device: str) -> None:
     assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), "row sums", atol=1e-5, rtol=0)
 
 
-def _check_sink_weights(module, q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, window: int | None) -> None:
-    """weights (B, h, N, N) against softmax([scores() + causal (windowed) mask, sink_h]) without the sink's
-    column."""
+def check_sinks(component: Component, case: Case, device: str) -> None:
+    """Each row of weights() is softmax([scores() + causal (windowed) mask, the head's sink]) without the
+    sink's column: rows sum to below 1."""
+    module, q, k, weights = _weights(component, case, device)
+    window = _options(component, case, module)[1]
     if not (hasattr(module, "scores") and hasattr(module, "sinks")):
         raise NotApplicable("an attention with sinks needs scores() and sinks to check its weights against")
     with torch.no_grad():
@@ -271,6 +277,8 @@ ATTENTION = (
              summary="outputs up to i ignore tokens after i"),
     Property(name="weights", kind="attention", promise="causal", check=check_weights,
              summary="no weight above the diagonal; rows sum to 1 (with sinks: the softmax joined by each head's sink)"),
+    Property(name="sinks", kind="attention", promise="sinks", check=check_sinks,
+             summary="weights == softmax(masked scores joined by each head's sink logit), sink column dropped"),
     Property(name="sliding_window", cases=sequence_cases, kind="attention", promise="sliding_window",
              check=check_sliding_window,
              summary="with sliding_window w: output at i ignores tokens before i - w + 1, cached or not"),
