@@ -100,6 +100,21 @@ Conventions the core relies on (by attribute, on any module of a built model):
 - ``aux_loss`` and ``aux_loss_coef``: a module that keeps an auxiliary training loss sets
   ``aux_loss`` (a scalar tensor) in each training-mode forward and None otherwise; the trainer
   adds ``aux_loss_coef * aux_loss`` of every module whose ``aux_loss`` is not None to the loss.
+  The loss must carry a gradient to what it balances: a mixture's load-balancing loss is computed
+  from the router's probabilities (not detached, not from the top-k indices alone). The promise
+  ``aux_loss`` (ffn, with ``mixture``) asks the conformance kit to check it.
+- The mixture of experts (the ffn promise ``mixture``; docs/conformance-kit.md, "For block, FFN/MoE
+  and attention authors"): ``router``, an ``nn.Linear`` d -> E logits; ``routing(logits)`` maps
+  router logits (T, E) to ``(weights, index, probs)``: weights (T, k) in the logits' dtype, expert
+  ids (T, k), the softmax probabilities (T, E) (what an aux loss reads); the weights are the top-k
+  probabilities, renormalised to sum to 1 when ``renormalize`` is true. ``top_k``: experts per
+  token (absent: 1, a Switch router, with no config field needed); ``renormalize`` (absent: false);
+  ``shared_output(x)``: what always-applied experts add (absent: nothing). The experts are either
+  ``experts``, an ``nn.ModuleList`` of E modules each mapping tokens (T, d) -> (T, d), or stacked
+  tensors in Hugging Face Mixtral's layout with the activation ``act``: ``up`` (E, k·d_ff, d)
+  (k = 2 for a gated activation, gate half first), ``down`` (E, d, d_ff), ``up_bias`` (E, k·d_ff)
+  and ``down_bias`` (E, d) or None. The config has ``n_experts``. The output is, token by token,
+  Σ weight·expert(x) over the chosen experts plus ``shared_output(x)``.
 - ``tap_ops``: a class attribute ``{tap name: op text}`` that ``blockspec trace`` shows for each
   ``tap`` the module makes; ``{child}`` in the text is a child module's class, ``{child.attr}`` its
   attribute (``"up(x): d -> {up.out_features}"``). Where the text follows the module's own options,

@@ -109,7 +109,7 @@ def test_the_first_party_components_declare_what_the_kit_checks(registry) -> Non
     declared = {(c.kind, c.name): c.promises for c in registry}
     assert "offset_init" in declared[("norm", "rmsnorm")]
     assert {"partial_rotary", "rope_frequencies"} <= declared[("positional", "rope")]
-    assert {"sliding_window", "logit_softcap", "qk_norm"} <= declared[("attention", "causal")]
+    assert {"sliding_window", "logit_softcap", "qk_norm", "softmax_heads"} <= declared[("attention", "causal")]
     assert {"tie_option", "logit_softcap"} <= declared[("head", "lm")]
     assert "parallel" in declared[("block", "parallel")]
-    assert {"position_wise", "mixture"} <= declared[("ffn", "moe")]
+    assert {"position_wise", "mixture", "aux_loss"} <= declared[("ffn", "moe")]

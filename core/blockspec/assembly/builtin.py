@@ -108,7 +108,7 @@ def _layer_of(ctx: BuildContext, what: str) -> LayerParts:
 @hookimpl
 def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention,
-             promises=("causal", "sliding_window", "logit_softcap", "qk_norm"))
+             promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "softmax_heads"))
     register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise",))
     register("block", "pre", PreConfig, build_pre, promises=("residual", "causal"))
     register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x

@@ -32,13 +32,16 @@ SECTIONS: tuple[str, ...] = tuple(kind for kind in KINDS if kind not in WRAPPER_
 PROMISES = MappingProxyType(
     {
         "positional": frozenset({"additive", "rotary", "norm_preserving", "score_bias", "relative", "unbounded",
-                                 "partial_rotary", "rope_frequencies"}),
+                                 "partial_rotary", "rope_frequencies",
+                                 "declared_frequencies"}),
         "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms", "offset_init"}),
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap"}),
-        "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm"}),
+        "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm",
+                                "softmax_heads", "sinks"}),
         "block": frozenset({"residual", "causal", "parallel"}),
-        "ffn": frozenset({"position_wise", "mixture"}),
+        "ffn": frozenset({"position_wise", "mixture",
+                          "aux_loss"}),
         "adapter": frozenset({"identity_at_init", "mergeable"}),
     }
 )
@@ -48,6 +51,9 @@ REQUIRES = MappingProxyType({
     ("positional", "norm_preserving"): "rotary",
     ("positional", "partial_rotary"): "rotary",
     ("positional", "rope_frequencies"): "rotary",
+    ("positional", "declared_frequencies"): "rotary",
+    ("attention", "sinks"): "causal",
+    ("ffn", "aux_loss"): "mixture",
 })
 
 # Promises about an option: the config fields whose values the promise gives a meaning (PROMISE_MEANINGS says
@@ -64,7 +70,7 @@ PROMISED_FIELDS = MappingProxyType({
     ("attention", "sliding_window"): ("sliding_window",),
     ("attention", "logit_softcap"): ("logit_softcap",),
     ("attention", "qk_norm"): ("qk_norm",),
-    ("ffn", "mixture"): ("n_experts", "top_k"),
+    ("ffn", "mixture"): ("n_experts",),  # top_k: the module's, 1 (a Switch router) without one
 })
 
 # What each promise means, as the conformance kit (blockspec.testing) checks it.
@@ -86,6 +92,11 @@ PROMISE_MEANINGS = MappingProxyType(
                                              "`truncate`, as transformers' rope types mean them: rotate() turns "
                                              "feature pair i by that scaling's θ_i, cos and sin times yarn's "
                                              "attention factor; needs 'rotary'"),
+        ("positional", "declared_frequencies"): ("the module's frequencies(end) gives θ_i of each feature pair "
+                                                 "(rotary_dim/2,) for a call whose last position is end - 1, in "
+                                                 "its layout (\"half\" or \"interleaved\", default \"half\"): "
+                                                 "rotate() turns pair i by θ_i per position, cos and sin at "
+                                                 "magnitude 1; needs 'rotary'"),
         ("norm", "scale_invariant"): "norm(c·x) == norm(x) for c > 0",
         ("norm", "shift_invariant"): "norm(x + s) == norm(x) for a per-token constant s",
         ("norm", "standardizes"): "freshly built: every token's output has mean 0 and variance 1",
@@ -110,14 +121,26 @@ PROMISE_MEANINGS = MappingProxyType(
         ("attention", "qk_norm"): ("config field `qk_norm` (\"none\", \"head\", \"all\"): q and k from "
                                    "project() have root mean square 1 per head (\"head\") or per token over all "
                                    "heads (\"all\"), divided by the learned scales q_norm.weight, k_norm.weight"),
+        ("attention", "softmax_heads"): ("forward(x, positional, start, cache), cached or not, is proj of each "
+                                         "head's softmax(scores + mask)·v, with q, k, v from project(), scores "
+                                         "= q·kᵀ times the module's scale (default 1/√head_dim), soft-capped, "
+                                         "windowed and joined by sinks as promised, kv heads repeated for "
+                                         "grouped queries, and the output projection proj"),
+        ("attention", "sinks"): ("the module's sinks (n_heads,) are logits that join every query row's softmax "
+                                 "and take no value: weights() rows sum to below 1; needs 'causal'"),
         ("block", "residual"): "with sublayers that output zero, the block is the identity",
         ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
         ("block", "parallel"): ("block(x) = x + attn(norm1(x)) + ffn(norm2(x)), with the module's own attn, ffn, "
                                 "norm1 and norm2 (no norm2: norm1 serves both)"),
         ("ffn", "position_wise"): "each token's output depends on that token alone",
-        ("ffn", "mixture"): ("a routed mixture of experts (router, top_k, renormalize, up, down, act, "
-                             "shared_output; config fields `n_experts`, `top_k`): the output is the top-k softmax-weighted "
-                             "sum of the chosen experts plus the shared part"),
+        ("ffn", "mixture"): ("a routed mixture of experts, as blockspec.plugin's docstring says (router; "
+                             "routing(logits) -> (weights, index, probs); top_k, absent: 1; renormalize, absent: "
+                             "false; shared_output, absent: nothing shared; the experts as a ModuleList `experts` "
+                             "or stacked `up`, `down` in Mixtral's layout with `act`; config field `n_experts`): "
+                             "the output is the top-k softmax-weighted sum of the chosen experts plus the shared "
+                             "part"),
+        ("ffn", "aux_loss"): ("a training-mode forward sets aux_loss, a finite scalar whose gradient reaches "
+                              "router.weight; an eval-mode forward sets it to None; needs 'mixture'"),
         ("adapter", "identity_at_init"): "freshly built around a linear layer, it computes exactly what that layer does",
         ("adapter", "mergeable"): ("merged() is a plain nn.Linear that computes, in eval mode, what the adapted "
                                    "layer computes (to float tolerance)"),

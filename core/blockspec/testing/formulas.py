@@ -7,6 +7,7 @@ nothing of its own).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from blockspec.spec.schema import ModelConfig
@@ -38,21 +39,31 @@ def layernorm_parameters(model: ModelConfig, *, affine: bool = True, bias: bool 
 
 
 def model_parameters(model: ModelConfig, *, positional: int, norm: int, attention: int, head: int,
-                     gated: bool, ffn: int | None = None, block: int | None = None, norms: int = 2,
-                     activation: int = 0) -> int:
+                     gated: bool, ffn: int | Sequence[int] | None = None, block: int | Sequence[int] | None = None,
+                     norms: int = 2, activation: int = 0) -> int:
     """The exact count: embedding + positions + L·(attention + FFN + norms) + final norm + head.
 
     ``activation``: what the activation holds itself (a learned β in x·sigmoid(βx)), once per dense FFN;
     ``ffn``: an FFN component's own count instead of the dense one's (its activation included);
     ``norms``: how many norms the block holds (pre and post: 2; the layout's own number for others, e.g. a
     sandwich's 4); ``block``: a block component's whole count (with the kit's reference sublayers) instead
-    of the sum.
+    of the sum. ``ffn`` and ``block`` may be one count per layer (n_layers of them), for components whose
+    layers differ.
     """
     if block is None:
         dense = ffn_parameters(model, gated=gated) + activation
-        block = attention + (dense if ffn is None else ffn) + norms * norm
+        ffns = per_layer(dense if ffn is None else ffn, model.n_layers)
+        block = [attention + f + norms * norm for f in ffns]
     final = norm if model.has_final_norm else 0
-    return model.vocab_size * model.d_model + positional + model.n_layers * block + final + head
+    return model.vocab_size * model.d_model + positional + sum(per_layer(block, model.n_layers)) + final + head
+
+
+def per_layer(count: int | Sequence[int], n_layers: int) -> list[int]:
+    """One count for every layer, or a count per layer as given."""
+    counts = [count] * n_layers if isinstance(count, int) else list(count)
+    if len(counts) != n_layers:
+        raise ValueError(f"{len(counts)} per-layer counts for {n_layers} layers")
+    return counts
 
 
 def gpt2_parameters(model: ModelConfig) -> int:

@@ -60,9 +60,9 @@ class StandInLayer:
     """``ctx.layer`` for a block or FFN built alone: the kit's reference sublayers (causal attention,
     a dense GELU FFN, LayerNorm), or ``Zero`` attention and FFN when ``zero``."""
 
-    def __init__(self, ctx: BuildContext, *, zero: bool = False) -> None:
+    def __init__(self, ctx: BuildContext, *, zero: bool = False, index: int = 0) -> None:
         self._ctx, self._zero = ctx, zero
-        self.index, self.dropout = 0, 0.0
+        self.index, self.dropout = index, 0.0
 
     def attention(self, name: str = "attn") -> nn.Module:
         from blockspec.testing.reference import partner
@@ -86,10 +86,11 @@ class StandInLayer:
 
 
 def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu",
-                   zero_sublayers: bool = False) -> Built:
+                   zero_sublayers: bool = False, layer_index: int = 0) -> Built:
     """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``.
 
-    A block or FFN gets a ``StandInLayer`` as ``ctx.layer`` (``zero_sublayers``: Zero attention and FFN).
+    A block or FFN gets a ``StandInLayer`` as ``ctx.layer`` (``zero_sublayers``: Zero attention and FFN),
+    as the layer at ``layer_index``.
     """
     with torch.random.fork_rng(devices=[]), torch.device(device):
         _seed(case.seed if seed is None else seed, device)
@@ -99,7 +100,8 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         base = copy.deepcopy(target)
         given = frozenset(id(p) for p in target.parameters()) if target is not None else frozenset()
         if component.kind in PER_LAYER:
-            ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers))
+            ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers,
+                                                                                   index=layer_index))
         elif target is not None:
             ctx = BuildContext(model=case.model, embedding=embedding, target=target)
         module = component.build(case.config, ctx)

@@ -153,7 +153,8 @@ def validation_bpb(data: Dataset, val_loss: float) -> float | None:
 
 def auxiliary_loss(model: torch.nn.Module) -> torch.Tensor | None:
     """Σ aux_loss_coef·aux_loss over the modules that kept one in their last forward (a mixture of
-    experts' load-balancing loss, after a training-mode forward); None when no module did."""
+    experts' load-balancing loss, after a training-mode forward); None when no module did. The
+    convention is blockspec.plugin's (Conventions: ``aux_loss``)."""
     terms = [m.aux_loss_coef * m.aux_loss for m in model.modules() if getattr(m, "aux_loss", None) is not None]
     return torch.stack(terms).sum() if terms else None
 

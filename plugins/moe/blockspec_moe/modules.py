@@ -124,14 +124,18 @@ class MixtureOfExperts(nn.Module):
         else:
             out, counts = self._dispatch(flat, weights, index)
         out = tap(self, "experts", out.view(shape))  # (B, N, d): a stage in the stream's terms, as every other
-        if self.training and counts is not None and flat.shape[0]:
-            share = counts.to(probs.dtype) / flat.shape[0]  # f_e: sums to top_k
-            self.aux_loss = self.n_experts * (share * probs.mean(dim=0)).sum()
-        else:
-            self.aux_loss = None
+        train = self.training and counts is not None and flat.shape[0] > 0
+        self.aux_loss = self.balancing_loss(probs, counts) if train else None
         if self.shared is not None:
             out = out + tap(self, "shared", self.shared(x))  # (B, N, d): position-wise, so no flattening
         return out
+
+    def balancing_loss(self, probs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """The Switch/Mixtral load-balancing loss E·Σ_e f_e·P_e from the router's probabilities (T, E) and each
+        expert's assignment count (E,): f_e carries no gradient, P_e (the mean probability) carries it to the
+        router."""
+        share = counts.to(probs.dtype) / probs.shape[0]  # f_e: sums to top_k
+        return self.n_experts * (share * probs.mean(dim=0)).sum()
 
     def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert."""

@@ -169,3 +169,88 @@ class SoftcapScaledUncapped(CausalSelfAttention):
 
 CORPUS.mutant("attention", "softcap_scaled_uncapped", CausalAttentionConfig, attention_as(SoftcapScaledUncapped),
               like=CAUSAL, catches="logit_softcap", bug="with a query_scale set, the scores are never soft-capped")
+
+
+# --- attention variants as outside authors write them (issue 27): sinks, a softcap and a window through forward --
+
+SINKS = (*CAUSAL, "sinks")
+
+
+class SinkAttention(CausalSelfAttention):
+    """gpt-oss's attention sinks: one learned logit per head joins every row's softmax and takes no value."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.sinks = torch.nn.Parameter(torch.zeros(self.n_heads))  # (h,): zero, a sink as likely as one key
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None, slots=None) -> torch.Tensor:
+        weights = F.dropout(self.weights(q, k, bias, keys, slots), p=self.dropout if self.training else 0.0)
+        return weights @ self._repeat_kv(v)  # (B, h, N_q, N_k) @ (B, h, N_k, hs)
+
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None, slots=None) -> torch.Tensor:
+        scores = self.scores(q, k, bias) + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)
+        sink = self.sink_logits(scores)  # (B, h, N_q, 1)
+        return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # the sink's column dropped
+
+    def sink_logits(self, scores: torch.Tensor) -> torch.Tensor:
+        """Each head's sink logit as a column beside the scores (B, h, N_q, N_k): (B, h, N_q, 1)."""
+        return self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+
+
+class SinkTakesValue(SinkAttention):
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None, slots=None) -> torch.Tensor:
+        weights = self.weights(q, k, bias, keys, slots)  # (B, h, N_q, N_k)
+        v = self._repeat_kv(v)
+        sink = 1 - weights.sum(-1, keepdim=True)  # the sink's share of each row
+        return weights @ v + sink * v[..., :1, :]  # BUG: the sink attends to the first token's value
+
+
+class SinkAfterSoftmax(SinkAttention):
+    def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
+                keys: torch.Tensor | None = None, slots=None) -> torch.Tensor:
+        scores = self.scores(q, k, bias) + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)
+        return scores.softmax(dim=-1) / (1 + self.sink_logits(scores).exp())  # BUG: scaled after the softmax
+
+
+class SinkPerKVHead(SinkAttention):
+    def sink_logits(self, scores: torch.Tensor) -> torch.Tensor:
+        group = self.n_heads // self.n_kv_heads
+        sinks = self.sinks[:self.n_kv_heads].repeat_interleave(group)  # BUG: one sink per kv head, as k and v
+        return sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+
+
+class SoftcapForgottenInForward(CausalSelfAttention):
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               keys: torch.Tensor | None = None, slots=None) -> torch.Tensor:
+        mask = self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)
+        mask = mask if bias is None else bias.to(q.dtype) + mask
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.query_scale,
+                                              enable_gqa=self.n_kv_heads != self.n_heads)  # BUG: fused, uncapped
+
+
+class WindowOffByOneCached(CausalSelfAttention):
+    def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None,
+                  slots=None) -> torch.Tensor:
+        window = self.sliding_window
+        if window is not None and n_q != n_k:
+            window += 1  # BUG: a cached call (n_q != n_k) lets w + 1 keys through
+        mask = causal_mask(n_q, n_k, q.device, q.dtype, window=window)
+        return mask if keys is None else mask.masked_fill(~keys, float("-inf"))
+
+
+CORPUS.correct("attention", "sink_attention", CausalAttentionConfig, attention_as(SinkAttention), promises=SINKS,
+               why="attention sinks: a learned logit per head joins the softmax, so rows of weights sum to below 1")
+CORPUS.mutant("attention", "sink_takes_value", CausalAttentionConfig, attention_as(SinkTakesValue), like=SINKS,
+              catches="softmax_heads", bug="the sink's share of each row attends to the first token's value")
+CORPUS.mutant("attention", "sink_after_softmax", CausalAttentionConfig, attention_as(SinkAfterSoftmax), like=SINKS,
+              catches="sinks", bug="the sink applied after the softmax: each row scaled by 1/(1 + e^sink)")
+CORPUS.mutant("attention", "sink_per_kv_head", CausalAttentionConfig, attention_as(SinkPerKVHead), like=SINKS,
+              catches="sinks", bug="one sink per kv head repeated over its group, as k and v are")
+CORPUS.mutant("attention", "softcap_forgotten_in_forward", CausalAttentionConfig,
+              attention_as(SoftcapForgottenInForward), like=CAUSAL, catches="softmax_heads",
+              bug="scores() caps, but forward takes the fused SDPA kernel without the cap")
+CORPUS.mutant("attention", "window_off_by_one_cached", CausalAttentionConfig, attention_as(WindowOffByOneCached),
+              like=CAUSAL, catches="softmax_heads", bug="the sliding window lets w + 1 keys through in cached calls only")

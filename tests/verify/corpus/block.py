@@ -145,3 +145,33 @@ def build_parallel_in_sequence(config: ParallelConfig, ctx: BuildContext) -> Par
 
 CORPUS.mutant("block", "parallel_in_sequence", ParallelConfig, build_parallel_in_sequence, like=PARALLEL,
               catches="parallel", bug="the FFN's norm reads x + attn(norm1(x)), not x: a sequential block")
+
+
+# --- BLOOM (issue 27): layer 0 alone normalises the embeddings first, so the layers' counts differ ---------
+
+@frozen(kw_only=True)
+class EmbeddingNormConfig:
+    """Pre-norm, and the first layer normalises its input (BLOOM's word_embeddings_layernorm)."""
+
+
+class EmbeddingNormBlock(PreNormBlock):
+    """x -> pre-norm block of embedding_norm(x) in layer 0, of x in the others."""
+
+    def __init__(self, *, embedding_norm: torch.nn.Module | None, **parts) -> None:
+        super().__init__(**parts)
+        self.embedding_norm = embedding_norm
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = x if self.embedding_norm is None else self.embedding_norm(x)
+        return super().forward(x, positional, start, cache)
+
+
+def build_embedding_norm(config: EmbeddingNormConfig, ctx: BuildContext) -> EmbeddingNormBlock:
+    layer = ctx.layer
+    first = layer.norm("embedding_norm") if layer.index == 0 else None
+    return EmbeddingNormBlock(embedding_norm=first, **_parts(ctx, PRE_PARTS), dropout=layer.dropout)
+
+
+CORPUS.correct("block", "embedding_norm_first", EmbeddingNormConfig, build_embedding_norm, promises=("causal",),
+               why="BLOOM: an extra norm in layer 0 only, so one layer's count does not serve every layer")

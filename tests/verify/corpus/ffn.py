@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import blockspec_moe
 import torch
+from attrs import field, frozen
 from blockspec_moe import MoEConfig
 from blockspec_moe.modules import MixtureOfExperts
 
 from blockspec.assembly import builtin
 from blockspec.assembly.builtin import DenseFFNConfig
 from blockspec.modules.feed_forward import FeedForward
-from blockspec.plugin import BuildContext
+from blockspec.plugin import BuildContext, at_least, positive
 from tests.verify.corpus import DTYPES, Corpus, declared
 
 CORPUS = Corpus()
@@ -132,3 +133,104 @@ CORPUS.mutant("ffn", "dense_sequence_first", DenseFFNConfig, dense_as(SequenceFi
               catches="position_wise", bug="computed sequence-first and reshaped back without the transpose")
 CORPUS.mutant("ffn", "dense_plain_list", DenseFFNConfig, dense_as(PlainList), like=DENSE, catches="state_dict",
               bug="the linears kept in a plain list: absent from state_dict(), parameters() and .to()")
+
+
+# --- mixtures of experts as outside authors write them (issue 27): a Switch router over a ModuleList, and
+# the load-balancing loss -------------------------------------------------------------------------------
+
+@frozen(kw_only=True)
+class SwitchConfig:
+    """A Switch Transformer layer: each token goes to its one best expert (no top_k field: top-1)."""
+
+    n_experts: int = field(default=4, validator=positive)
+    aux_loss_coef: float = field(default=0.01, validator=at_least(0.0))
+
+
+SWITCH = ("position_wise", "mixture", "aux_loss")
+
+
+class SwitchMoE(torch.nn.Module):
+    """Top-1 routing over an nn.ModuleList of dense FFNs, each token weighted by its expert's probability."""
+
+    def __init__(self, *, d_model: int, d_ff: int, n_experts: int, layer, bias: bool, aux_loss_coef: float) -> None:
+        super().__init__()
+        self.router = torch.nn.Linear(d_model, n_experts, bias=False)
+        act = layer.activation("act")  # one activation module, shared by the experts
+        self.experts = torch.nn.ModuleList(FeedForward(d_model=d_model, d_ff=d_ff, activation=act, bias=bias)
+                                           for _ in range(n_experts))
+        self.aux_loss_coef, self.aux_loss = aux_loss_coef, None
+
+    def routing(self, logits: torch.Tensor) -> Routing:
+        """(T, E) -> the best expert's probability (T, 1), its id (T, 1), the probabilities (T, E)."""
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, index = probs.max(dim=-1, keepdim=True)
+        return weights.to(logits.dtype), index, probs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # (B, N, d) -> (T, d)
+        weights, index, probs = self.routing(self.router(flat))
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            rows = (index[:, 0] == e).nonzero().squeeze(-1)  # the tokens routed to e
+            if rows.numel():
+                out.index_add_(0, rows, weights[rows] * expert(flat[rows]))
+        self.aux_loss = self.balancing_loss(probs, index) if self.training and flat.shape[0] else None
+        return out.view(x.shape)  # (T, d) -> (B, N, d)
+
+    def balancing_loss(self, probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Switch's E·Σ_e f_e·P_e: f_e the share of tokens sent to e, P_e e's mean probability."""
+        share = torch.bincount(index[:, 0], minlength=len(self.experts)).to(probs.dtype) / probs.shape[0]
+        return len(self.experts) * (share * probs.mean(dim=0)).sum()
+
+
+def switch_as(cls: type) -> object:
+    def build(config: SwitchConfig, ctx: BuildContext) -> SwitchMoE:
+        return cls(d_model=ctx.model.d_model, d_ff=ctx.model.d_ff, n_experts=config.n_experts, layer=ctx.layer,
+                   bias=ctx.model.bias, aux_loss_coef=config.aux_loss_coef)
+
+    return build
+
+
+class SwitchArgmin(SwitchMoE):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        weights, index = probs.min(dim=-1, keepdim=True)  # BUG: the least likely expert, not the best
+        return weights.to(logits.dtype), index, probs
+
+
+class SwitchAuxFromIndices(SwitchMoE):
+    def balancing_loss(self, probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        share = torch.bincount(index[:, 0], minlength=len(self.experts)).to(probs.dtype) / probs.shape[0]
+        return len(self.experts) * (share * share).sum()  # BUG: P_e read off the top-1 ids: no gradient
+
+
+class AuxDetached(MixtureOfExperts):
+    def balancing_loss(self, probs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return super().balancing_loss(probs.detach(), counts)  # BUG: the probabilities detached from the router
+
+
+class DenseDispatch(MixtureOfExperts):
+    """Every expert on every token, combined by a sparse (T, E) weight matrix: a dense-dispatch mixture."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # (B, N, d) -> (T, d)
+        weights, index, probs = self.routing(self.router(flat))  # (T, k), (T, k), (T, E)
+        # BUG: the (T, E) combination holds the raw top-k probabilities, not the renormalised weights
+        dense = torch.zeros_like(probs).scatter(1, index, probs.gather(1, index))
+        every = torch.stack([self.expert(e, flat) for e in range(self.n_experts)], dim=1)  # (T, E, d)
+        out = (dense.to(flat.dtype)[..., None] * every).sum(1) + self.shared_output(flat)  # (T, d)
+        counts = torch.bincount(index.reshape(-1), minlength=self.n_experts)
+        self.aux_loss = self.balancing_loss(probs, counts) if self.training and flat.shape[0] else None
+        return out.view(x.shape)  # (T, d) -> (B, N, d)
+
+
+CORPUS.correct("ffn", "switch_moe_list", SwitchConfig, switch_as(SwitchMoE), promises=SWITCH,
+               why="a Switch (top-1) mixture over an nn.ModuleList of experts, with no top_k field")
+CORPUS.mutant("ffn", "switch_argmin", SwitchConfig, switch_as(SwitchArgmin), like=SWITCH, catches="mixture_routing",
+              bug="top-1 routing by argmin: every token goes to its least likely expert")
+CORPUS.mutant("ffn", "switch_aux_from_indices", SwitchConfig, switch_as(SwitchAuxFromIndices), like=SWITCH,
+              catches="aux_loss", bug="the balancing loss computed from the top-1 ids alone: no gradient to the router")
+CORPUS.mutant("ffn", "moe_aux_detached", MoEConfig, moe_as(AuxDetached), like=MOE, catches="aux_loss",
+              bug="the balancing loss computed from detached router probabilities")
+CORPUS.mutant("ffn", "moe_dense_unrenormalised", MoEConfig, moe_as(DenseDispatch), like=MOE, catches="mixture_sum",
+              bug="dense dispatch combining the experts by the raw top-k probabilities, renormalize forgotten")

@@ -286,3 +286,69 @@ CORPUS.mutant("positional", "alibi_square", ALiBiConfig, build_alibi_as(AlibiSqu
               bug="score_bias assumes n_q == n_k: wrong shape for a cached query")
 CORPUS.mutant("positional", "bucketed_sum", BucketedBiasConfig, build_bucketed_sum, like=BUCKETED,
               catches="relative", bug="buckets i + j instead of i - j: invisible while the table is zero")
+
+
+# --- NTK-aware scaled RoPE (issue 27): a scaling the kit has no formula for, declared by the component ---------
+
+@frozen(kw_only=True)
+class NTKRopeConfig:
+    """NTK-aware RoPE: the base stretched to base·factor^(d/(d-2)), so the longest wave covers factor times
+    the context while the shortest barely moves."""
+
+    base: float = field(default=10000.0, validator=greater_than(1.0))
+    factor: float = field(default=4.0, validator=at_least(1.0))
+
+
+NTK = ("rotary", "norm_preserving", "relative", "unbounded", "declared_frequencies")
+
+
+class NTKRope(PositionalEncoding):
+    """Rotates each (i, i + hs/2) feature pair by position·θ_i; ``frequencies`` declares θ_i by the formula."""
+
+    rotates = True
+
+    def __init__(self, head_dim: int, *, base: float, factor: float) -> None:
+        super().__init__(max_positions=None)
+        self.head_dim, self.base, self.factor, self.layout = head_dim, base, factor, "half"
+        self.theta = self.table_frequencies()  # (hs/2,) float64, kept out of .to(dtype)
+
+    def stretched_base(self) -> float:
+        d = self.head_dim
+        return self.base * self.factor ** (d / (d - 2)) if d > 2 else self.base  # d = 2: the one θ is 1
+
+    def table_frequencies(self) -> torch.Tensor:
+        """The θ_i the rotation uses, computed once."""
+        return self.stretched_base() ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+
+    def frequencies(self, end: int) -> torch.Tensor:
+        """θ_i = (base·factor^(d/(d-2)))^(-2i/d), whatever the call's end (the scaling is static)."""
+        d = self.head_dim
+        stretched = self.base * self.factor ** (d / (d - 2)) if d > 2 else self.base
+        return stretched ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.arange(start, start + q.shape[-2], dtype=torch.float64)
+        turned = positions[:, None] * self.theta[None, :]  # (N, hs/2)
+        cos, sin = (full_width(t, "half").to(device=q.device, dtype=q.dtype) for t in (turned.cos(), turned.sin()))
+        return turn(q, cos, sin, "half"), turn(k, cos, sin, "half")  # (N, hs) tables over (..., N, hs)
+
+
+class NTKRopeWrongExponent(NTKRope):
+    def stretched_base(self) -> float:
+        d = self.head_dim
+        return self.base * self.factor ** (d / (d - 1))  # BUG: the exponent is d/(d-2)
+
+
+def ntk_as(cls: type) -> object:
+    def build(config: NTKRopeConfig, ctx: BuildContext) -> NTKRope:
+        if ctx.model.head_dim % 2:
+            raise ValueError(f"ntk rope needs an even head_dim, found {ctx.model.head_dim}")
+        return cls(ctx.model.head_dim, base=config.base, factor=config.factor)
+
+    return build
+
+
+CORPUS.correct("positional", "ntk_rope", NTKRopeConfig, ntk_as(NTKRope), promises=NTK,
+               why="NTK-aware RoPE: a scaling the kit knows no formula for, its frequencies declared")
+CORPUS.mutant("positional", "ntk_rope_wrong_exponent", NTKRopeConfig, ntk_as(NTKRopeWrongExponent), like=NTK,
+              catches="declared_frequencies", bug="the base stretched by factor^(d/(d-1)), not factor^(d/(d-2))")

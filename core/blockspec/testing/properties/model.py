@@ -79,8 +79,8 @@ def check_model_parameters(component: Component, case: Case, device: str) -> Non
     act = getattr(getattr(real_model.blocks[0], "ffn", None), "act", None) if len(real_model.blocks) else None
     gated = bool(getattr(act, "gated", False))
     shares = {kind: own_parameters(_part(component, kind), case) for kind in SECTIONS if kind not in ("block", "ffn")}
-    ffn = own_parameters((component, None), case) if component.kind == "ffn" else None
-    block = own_parameters((component, None), case) if component.kind == "block" else None
+    ffn = per_layer_parameters(component, case) if component.kind == "ffn" else None
+    block = per_layer_parameters(component, case) if component.kind == "block" else None
     formula = model_parameters(case.model, positional=shares["positional"], norm=shares["norm"],
                                attention=shares["attention"], head=shares["head"], gated=gated, ffn=ffn,
                                block=block, activation=shares["activation"])
@@ -97,11 +97,18 @@ def _part(component: Component, kind: str) -> tuple[Component, object]:
     return (component, None) if component.kind == kind else (partner(kind), ReferenceConfig())
 
 
-def own_parameters(part: tuple[Component, object], case: Case) -> int:
-    """What a component holds when built alone, minus anything that is the embedding's."""
+def per_layer_parameters(component: Component, case: Case) -> list[int]:
+    """A block's or FFN's own count in each layer, built alone as that layer: a layer can differ (BLOOM's
+    embedding norm in layer 0 only)."""
+    return [own_parameters((component, None), case, layer_index=i) for i in range(case.model.n_layers)]
+
+
+def own_parameters(part: tuple[Component, object], case: Case, *, layer_index: int = 0) -> int:
+    """What a component holds when built alone (as the layer at ``layer_index``), minus anything that is the
+    embedding's."""
     component, config = part
     solo = case if config is None else attrs.evolve(case, config=config)
-    built = build_isolated(component, solo, device="meta")
+    built = build_isolated(component, solo, device="meta", layer_index=layer_index)
     embedding = built.embedding.weight
     return sum(p.numel() for p in built.module.parameters() if p is not embedding)
 

@@ -15,7 +15,8 @@ import torch
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
-from blockspec.testing.harness import build_isolated
+from blockspec.testing.errors import NotApplicable
+from blockspec.testing.harness import assume, build_isolated
 from blockspec.testing.properties.base import Property, assert_close
 
 
@@ -90,10 +91,16 @@ def measured(module: torch.nn.Module, layout: str, dim: int, head_dim: int, end:
     return torch.angle(z[:, 1] * z[:, 0].conj()), z[:, 1].abs()
 
 
+KNOWN_SCALINGS = ("none", "linear", "dynamic", "llama3", "yarn")  # what expected_frequency computes
+
+
 def check_rope_frequencies(component: Component, case: Case, device: str) -> None:
     """Each pair turns by its scaling's θ_i per position (for dynamic NTK: of a call ending where this one
-    does), and cos and sin carry yarn's attention factor."""
-    config, module = case.config, build_isolated(component, case, device=device).module
+    does), and cos and sin carry yarn's attention factor. A scaling the kit does not know is no example: a
+    component with its own declares its frequencies instead (``declared_frequencies``)."""
+    config = case.config
+    assume(config.scaling in KNOWN_SCALINGS, f"the kit knows no formula for the scaling {config.scaling!r}")
+    module = build_isolated(component, case, device=device).module
     dim = getattr(module, "rotary_dim", case.model.head_dim)
     end = case.start + case.tokens + 1
     theta, magnitude = measured(module, config.layout, dim, case.model.head_dim, end, device)
@@ -105,7 +112,27 @@ def check_rope_frequencies(component: Component, case: Case, device: str) -> Non
                  f"scaling {config.scaling!r}: cos/sin magnitude", atol=1e-6, rtol=1e-6)
 
 
+def check_declared_frequencies(component: Component, case: Case, device: str) -> None:
+    """Each pair turns by the θ_i the module's own ``frequencies(end)`` declares for a call ending where this
+    one does, in its ``layout``, with cos and sin at magnitude 1."""
+    module = build_isolated(component, case, device=device).module
+    if not callable(getattr(module, "frequencies", None)):
+        raise NotApplicable("the module has no frequencies(end) declaring the θ_i it turns by")
+    dim = getattr(module, "rotary_dim", case.model.head_dim)
+    end = case.start + case.tokens + 1
+    layout = getattr(module, "layout", "half")
+    theta, magnitude = measured(module, layout, dim, case.model.head_dim, end, device)
+    with torch.no_grad():
+        declared = torch.as_tensor(module.frequencies(end), dtype=torch.float64).cpu()  # (dim/2,)
+    what = f"θ per pair, as rotate() turns it, against frequencies({end}) ({layout} layout)"
+    assert_close(theta.cpu(), declared, what, atol=1e-6, rtol=1e-6)
+    assert_close(magnitude.cpu(), torch.ones_like(declared), "cos/sin magnitude", atol=1e-6, rtol=1e-6)
+
+
 ROPE = (
     Property(name="rope_frequencies", kind="positional", promise="rope_frequencies", check=check_rope_frequencies,
              summary="each pair turns by its RoPE scaling's θ_i (linear, dynamic, llama3, yarn), cos/sin scaled"),
+    Property(name="declared_frequencies", kind="positional", promise="declared_frequencies",
+             check=check_declared_frequencies, share=0.4,
+             summary="each pair turns by the θ_i the module's frequencies(end) declares, cos/sin at magnitude 1"),
 )
