@@ -39,6 +39,7 @@ class Built:
     embedding: nn.Embedding
     base: nn.Linear | None = None
     given: frozenset[int] = frozenset()
+    layer: StandInLayer | None = None  # a block's or FFN's ctx.layer: what it built, by name
 
 
 def adapter_target(case: Case) -> nn.Linear:
@@ -57,32 +58,50 @@ class Zero(nn.Module):
 
 
 class StandInLayer:
-    """``ctx.layer`` for a block or FFN built alone: the kit's reference sublayers (causal attention,
-    a dense GELU FFN, LayerNorm), or ``Zero`` attention and FFN when ``zero``."""
+    """``ctx.layer`` for a block or FFN built alone, as the case draws it: its ``index``, the spec's [model]
+    ``dropout``, norms and activation built from the drawn installed components (their default configs; the
+    kit's reference LayerNorm and GELU where the case has none, as in the load-time probe), the core's causal
+    attention and a dense FFN of the drawn activation; ``Zero`` attention and FFN when ``zero``.
 
-    def __init__(self, ctx: BuildContext, *, zero: bool = False) -> None:
+    ``made`` records each sublayer it built under the name it was asked for, so a property can compare a block
+    against its promised wiring with the very modules the layer gave it.
+    """
+
+    def __init__(self, ctx: BuildContext, case: Case | None = None, *, zero: bool = False) -> None:
         self._ctx, self._zero = ctx, zero
-        self.index, self.dropout = 0, 0.0
+        self._norm, self._activation = (case.norm, case.activation) if case is not None else (None, None)
+        self.index = case.layer_index if case is not None else 0
+        self.dropout = ctx.model.dropout
+        self.made: dict[str, nn.Module] = {}
 
     def attention(self, name: str = "attn") -> nn.Module:
         from blockspec.testing.reference import partner
 
-        return Zero() if self._zero else partner("attention").build(None, self._ctx)
+        return self._record(name, Zero() if self._zero else partner("attention").build(None, self._ctx))
 
     def ffn(self, name: str = "ffn") -> nn.Module:
         from blockspec.modules.feed_forward import FeedForward
 
         m = self._ctx.model
-        return Zero() if self._zero else FeedForward(d_model=m.d_model, d_ff=m.d_ff, activation=self.activation(),
-                                                    bias=m.bias)
+        made = Zero() if self._zero else FeedForward(d_model=m.d_model, d_ff=m.d_ff, activation=self.activation(),
+                                                     bias=m.bias)
+        return self._record(name, made)
 
     def norm(self, name: str) -> nn.Module:
-        return nn.LayerNorm(self._ctx.model.d_model)
+        return self._record(name, self._partner("norm", self._norm))
 
     def activation(self, name: str = "act") -> nn.Module:
+        return self._record(name, self._partner("activation", self._activation))
+
+    def _partner(self, kind: str, drawn: Component | None) -> nn.Module:
         from blockspec.testing.reference import partner
 
-        return partner("activation").build(None, self._ctx)
+        component = partner(kind) if drawn is None else drawn
+        return component.build(component.config_cls(), self._ctx)
+
+    def _record(self, name: str, module: nn.Module) -> nn.Module:
+        self.made[name] = module
+        return module
 
 
 def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu",
@@ -98,8 +117,9 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         target = adapter_target(case) if component.kind == ADAPTER else None
         base = copy.deepcopy(target)
         given = frozenset(id(p) for p in target.parameters()) if target is not None else frozenset()
-        if component.kind in PER_LAYER:
-            ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers))
+        layer = StandInLayer(ctx, case, zero=zero_sublayers) if component.kind in PER_LAYER else None
+        if layer is not None:
+            ctx = BuildContext(model=case.model, embedding=embedding, layer=layer)
         elif target is not None:
             ctx = BuildContext(model=case.model, embedding=embedding, target=target)
         module = component.build(case.config, ctx)
@@ -109,7 +129,7 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         perturb(module, case.seed if seed is None else seed)
     dtype = dtype_of(case)
     base = base.to(dtype=dtype).eval() if base is not None else None
-    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype), base, given)
+    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype), base, given, layer)
 
 
 PERTURBATION = 0.5  # the noise's std, as a fraction of each tensor's root mean square ...

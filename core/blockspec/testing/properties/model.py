@@ -101,6 +101,7 @@ def own_parameters(part: tuple[Component, object], case: Case) -> int:
     """What a component holds when built alone, minus anything that is the embedding's."""
     component, config = part
     solo = case if config is None else attrs.evolve(case, config=config)
+    solo = attrs.evolve(solo, norm=None, activation=None)  # the model's own partners: the reference ones
     built = build_isolated(component, solo, device="meta")
     embedding = built.embedding.weight
     return sum(p.numel() for p in built.module.parameters() if p is not embedding)
