@@ -240,11 +240,16 @@ def inputs(kind: str, module: nn.Module, case: Case, device: str = "cpu") -> tup
 def outputs(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
     """Run the component the way the model does; name each output."""
     with torch.no_grad():
-        if kind == "positional":
-            return positional_outputs(module, case, *tensors)
-        if kind in ("attention", "block"):
-            return {"output": module(tensors[0], PositionalEncoding(), case.start)}
-        return {"output": module(tensors[0])}
+        return forward(kind, module, case, tensors)
+
+
+def forward(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    """``outputs`` with autograd on: what a training step (or ``torch.compile``) runs."""
+    if kind == "positional":
+        return positional_outputs(module, case, *tensors)
+    if kind in ("attention", "block"):
+        return {"output": module(tensors[0], PositionalEncoding(), case.start)}
+    return {"output": module(tensors[0])}
 
 
 def positional_outputs(module: nn.Module, case: Case, x, q, k) -> dict[str, Any]:

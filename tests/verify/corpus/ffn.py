@@ -132,3 +132,25 @@ CORPUS.mutant("ffn", "dense_sequence_first", DenseFFNConfig, dense_as(SequenceFi
               catches="position_wise", bug="computed sequence-first and reshaped back without the transpose")
 CORPUS.mutant("ffn", "dense_plain_list", DenseFFNConfig, dense_as(PlainList), like=DENSE, catches="state_dict",
               bug="the linears kept in a plain list: absent from state_dict(), parameters() and .to()")
+
+
+# --- issue 27: shared experts (drawn once integer options off by default are drawn on) and router jitter ----
+
+class SharedTwice(MixtureOfExperts):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)  # routed experts plus the shared ones ...
+        return out if self.shared is None else out + self.shared(x)  # BUG: ... and the shared ones once more
+
+
+class JitterInEval(MixtureOfExperts):
+    """Switch Transformer's router jitter: the router's logits scaled by noise in [1 - ε, 1 + ε] (ε = 0.01)."""
+
+    def routing(self, logits: torch.Tensor) -> Routing:
+        jittered = logits * torch.empty_like(logits).uniform_(0.99, 1.01)  # BUG: no self.training check
+        return super().routing(jittered)
+
+
+CORPUS.mutant("ffn", "moe_shared_twice", MoEConfig, moe_as(SharedTwice), like=MOE, catches="mixture_sum",
+              bug="the shared experts' output added twice: only seen with n_shared_experts >= 1 (default 0)")
+CORPUS.mutant("ffn", "moe_jitter_in_eval", MoEConfig, moe_as(JitterInEval), like=MOE,
+              catches="eval_is_deterministic", bug="router jitter noise applied in eval mode too")
