@@ -168,7 +168,7 @@ class DropoutAlways(PreNormBlock):
 class ItemSync(PreNormBlock):
     def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
                 cache: LayerCache | None = None) -> torch.Tensor:
-        self.input_rms = x.pow(2).mean().sqrt().item()  # BUG: a host sync for a statistic: breaks the graph
+        self.input_rms = x.pow(2).mean().sqrt().item()  # BUG: a host sync for a statistic, every step
         return super().forward(x, positional, start, cache)
 
 

@@ -10,6 +10,7 @@ builds with dropout above 0 and calls the same module twice.
 from __future__ import annotations
 
 import attrs
+import torch
 
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
@@ -31,13 +32,21 @@ def _with_dropout(component: Component):
 
 def check_eval_is_deterministic(component: Component, case: Case, device: str) -> None:
     """Built with [model] dropout above 0 (a block's or FFN's ``ctx.layer.dropout`` too), in eval mode: two
-    calls on the same inputs give the same bits."""
-    built, tensors, first = exercise(component, case, device)  # exercise builds in eval mode
-    second = outputs(component.kind, built.module, case, tensors)
+    calls on the same inputs, each from its own random state, give the same bits."""
+    built, tensors, _ = exercise(component, case, device)  # exercise builds in eval mode
+    first, second = (_seeded(component, built.module, case, tensors, device, case.seed + k) for k in (1, 2))
     for name, tensor in first.items():
         if tensor is not None:
             assert_close(second[name], tensor, f"{name} of a second call in eval mode (dropout "
                          f"{case.model.dropout:g})", atol=0, rtol=0)
+
+
+def _seeded(component: Component, module: torch.nn.Module, case: Case, tensors, device: str, seed: int) -> dict:
+    """The outputs of one call with torch's generators seeded: a random part shows the same way when replayed."""
+    accelerator = torch.device(device).type == "cuda"
+    with torch.random.fork_rng(devices=[torch.device(device)] if accelerator else []):
+        torch.manual_seed(seed) if accelerator else torch.random.default_generator.manual_seed(seed)
+        return outputs(component.kind, module, case, tensors)
 
 
 DETERMINISM = (
