@@ -7,9 +7,12 @@ import attrs
 import pytest
 import torch.nn.functional as F
 from attrs import frozen
+from blockspec_moe import MoEConfig
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
+import blockspec
 from blockspec.modules.blocks import PreNormBlock
 from blockspec.plugin import BuildContext
 from blockspec.registry.components import Component
@@ -17,8 +20,7 @@ from blockspec.testing import check
 from blockspec.testing.harness import build_isolated
 from blockspec.testing.probe import probe_case
 from blockspec.testing.properties import find
-from blockspec.testing.strategies import _near_int, cases, configs, installed_partners
-from blockspec_moe import MoEConfig
+from blockspec.testing.strategies import _near_int, cases, configs, installed_partners, model_specs
 
 
 @frozen(kw_only=True)
@@ -185,3 +187,26 @@ def test_eval_is_deterministic_replays_the_same_verdict():
 def test_an_eval_case_always_has_dropout():
     prop = find("eval_is_deterministic", "block")
     assert all(c.model.dropout > 0 for c in _many(prop.strategy(PRE), 20))
+
+
+def _first_party_lm(component) -> bool:
+    return component.distribution.startswith("blockspec") and (component.kind != "head" or "lm" in component.promises)
+
+
+@settings(max_examples=12, database=None, deadline=None)
+@given(st.data())
+def test_varied_layers_build_and_round_trip_through_toml(registry, data):
+    spec = data.draw(model_specs(registry, where=_first_party_lm, vary_layers=True))
+    assert blockspec.loads_spec(blockspec.dump_spec(spec), registry) == spec
+    model = blockspec.build(spec, registry=registry, seed=0)
+    for rule in spec.layers:
+        (kind, override), = rule.overrides.items()
+        assert all(getattr(spec.layer(i), kind).name == override.use.name for i in rule.layers(spec.model.n_layers))
+    assert len(model.blocks) == spec.model.n_layers
+
+
+def test_varied_layers_are_drawn_and_switch_the_odd_layers(registry):
+    specs = _many(model_specs(registry, where=_first_party_lm, vary_layers=True), 40)
+    varied = [s for s in specs if s.layers]
+    assert varied and all(s.layers[0].layers(s.model.n_layers)[0] == 1 for s in varied)
+    assert not any(s.layers for s in _many(model_specs(registry, where=_first_party_lm), 20))

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from blockspec.errors import FieldError
 from blockspec.spec.kinds import SECTIONS
 from blockspec.registry.components import Component, Registry
-from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.spec.strict import CONVERTER
+from blockspec.spec.schema import ComponentChoice, ComponentSpec, LayerOverride, LayerRule, ModelConfig, ModelSpec
 from blockspec.testing.cases import DTYPES, Case
 from blockspec.testing.harness import PER_LAYER
 
@@ -218,13 +219,32 @@ def _pin(registry: Registry, component: Component) -> str | None:
 
 
 @st.composite
-def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrategy | None = None) -> ModelSpec:
+def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrategy | None = None,
+                vary_layers: bool = False) -> ModelSpec:
     """A whole valid ModelSpec whose components come from ``registry``.
 
-    ``where(component)`` narrows the choice (e.g. only heads that promise "lm").
+    ``where(component)`` narrows the choice (e.g. only heads that promise "lm"). ``vary_layers``: sometimes a
+    [[layers]] entry too (``layer_rules``), so the layers are not all alike.
     """
     config = draw(model if model is not None else model_configs())
     parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
     if parts["block"].name in ("pre", "post") and parts["block"].name != config.norm_placement:
         config = attrs.evolve(config, norm_placement=parts["block"].name)  # a spec file cannot say both
-    return ModelSpec(model=config, **parts)
+    rules = draw(layer_rules(registry, config, where=where)) if vary_layers else ()
+    return ModelSpec(model=config, layers=rules, **parts)
+
+
+VARIED_KINDS = ("norm", "activation", "attention")  # what a drawn [[layers]] entry switches
+
+
+@st.composite
+def layer_rules(draw, registry: Registry, model: ModelConfig, *, where=None) -> tuple[LayerRule, ...]:
+    """No [[layers]] entry, or one that gives the odd layers (every = 2, offset = 1) another component of one
+    kind, with its own drawn config: per-layer variation as a spec writes it."""
+    if model.n_layers < 2 or not draw(st.booleans()):
+        return ()
+    kind = draw(st.sampled_from(VARIED_KINDS))
+    part = draw(component_specs(registry, kind, where=where))
+    use = ComponentChoice(kind=kind, name=part.name, distribution=part.distribution, config_cls=type(part.config))
+    override = LayerOverride(fields=CONVERTER.unstructure(part.config), use=use)
+    return (LayerRule(every=2, offset=1, overrides={kind: override}),)
