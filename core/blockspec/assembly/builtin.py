@@ -108,7 +108,8 @@ def _layer_of(ctx: BuildContext, what: str) -> LayerParts:
 @hookimpl
 def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention,
-             promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "softmax_heads"))
-    register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise",))
-    register("block", "pre", PreConfig, build_pre, promises=("residual", "causal"))
-    register("block", "post", PostConfig, build_post, promises=("causal",))  # norm(x + 0) is not x
+             promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "softmax_heads", "compiles"))
+    register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise", "compiles"))
+    register("block", "pre", PreConfig, build_pre, promises=("residual", "causal", "pre_norm", "compiles"))
+    register("block", "post", PostConfig, build_post,
+             promises=("causal", "post_norm", "compiles"))  # not "residual": norm(x + 0) is not x

@@ -46,6 +46,13 @@ PROMISES = MappingProxyType(
     }
 )
 
+# Promises any kind may make: about how its module runs, not what it computes.
+ANY_KIND_PROMISES = frozenset({"compiles"})
+# The block wirings with a formula of their own (beside "parallel", in the table above).
+BLOCK_WIRINGS = frozenset({"pre_norm", "post_norm"})
+PROMISES = MappingProxyType({kind: promises | ANY_KIND_PROMISES | (BLOCK_WIRINGS if kind == "block" else frozenset())
+                             for kind, promises in PROMISES.items()})
+
 # Promises that only make sense with another one of the same kind: registering one without it is refused.
 REQUIRES = MappingProxyType({
     ("positional", "norm_preserving"): "rotary",
@@ -130,8 +137,8 @@ PROMISE_MEANINGS = MappingProxyType(
                                  "and take no value: weights() rows sum to below 1; needs 'causal'"),
         ("block", "residual"): "with sublayers that output zero, the block is the identity",
         ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
-        ("block", "parallel"): ("block(x) = x + attn(norm1(x)) + ffn(norm2(x)), with the module's own attn, ffn, "
-                                "norm1 and norm2 (no norm2: norm1 serves both)"),
+        ("block", "parallel"): ("block(x) = x + attn(norm1(x)) + ffn(norm2(x)), attn, ffn, norm1 and norm2 the "
+                                "sublayers ctx.layer built under those names (no norm2: norm1 serves both)"),
         ("ffn", "position_wise"): "each token's output depends on that token alone",
         ("ffn", "mixture"): ("a routed mixture of experts, as blockspec.plugin's docstring says (router; "
                              "routing(logits) -> (weights, index, probs); top_k, absent: 1; renormalize, absent: "
@@ -146,3 +153,14 @@ PROMISE_MEANINGS = MappingProxyType(
                                    "layer computes (to float tolerance)"),
     }
 )
+
+COMPILES_MEANING = ("torch.compile(module, fullgraph=True) traces a training step, forward and backward, in one graph: "
+                    "no graph break, no host sync (.item(), .tolist(), bool(tensor))")
+PROMISE_MEANINGS = MappingProxyType({
+    **PROMISE_MEANINGS,
+    **{(kind, "compiles"): COMPILES_MEANING for kind in KINDS},
+    ("block", "pre_norm"): ("block(x) = h + ffn(norm2(h)) with h = x + attn(norm1(x)), attn, ffn, norm1 and norm2 "
+                            "the sublayers ctx.layer built under those names"),
+    ("block", "post_norm"): ("block(x) = norm2(h + ffn(h)) with h = norm1(x + attn(x)), attn, ffn, norm1 and norm2 "
+                             "the sublayers ctx.layer built under those names"),
+})

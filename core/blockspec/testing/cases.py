@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
+from blockspec.registry.components import Component
 from blockspec.spec.schema import ModelConfig
 
 DTYPES = ("float32", "float64")  # what numeric properties draw: tolerances stay sharp
@@ -33,6 +34,11 @@ class Case:
     start: int = 0
     cut: int = 0
     trained: bool = False
+    # What ``ctx.layer`` gives a block or FFN built alone (``harness.StandInLayer``): the layer's index, and the
+    # installed components its norms and activation are built from (None: the kit's reference partner).
+    layer_index: int = 0
+    norm: Component | None = None
+    activation: Component | None = None
 
     def __str__(self) -> str:
         m = self.model
@@ -41,11 +47,22 @@ class Case:
                  f"bias={m.bias} norm_placement={m.norm_placement}")
         knobs = (f"batch={self.batch} tokens={self.tokens} seed={self.seed} dtype={self.dtype} "
                  f"factor={self.factor:g} start={self.start} cut={self.cut} trained={self.trained}")
-        return f"{sizes} config={self.config!r} {knobs}"
+        return f"{sizes} config={self.config!r} {knobs}{self._layer_text()}"
+
+    def _layer_text(self) -> str:
+        """The stand-in layer's draw: its index, [model] dropout and partner components."""
+        partners = " ".join(f"{kind}={_qualified(part)}" for kind, part in (("norm", self.norm),
+                                                                           ("activation", self.activation)))
+        return f" layer_index={self.layer_index} dropout={self.model.dropout:g} {partners}"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, for ``blockspec verify --json``."""
         data = attrs.asdict(self, recurse=False)
         data["model"] = attrs.asdict(self.model)
         data["config"] = repr(self.config)
+        data["norm"], data["activation"] = _qualified(self.norm), _qualified(self.activation)
         return data
+
+
+def _qualified(component: Component | None) -> str:
+    return "reference" if component is None else f"{component.kind}:{component.name} ({component.distribution})"

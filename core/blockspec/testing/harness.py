@@ -39,6 +39,7 @@ class Built:
     embedding: nn.Embedding
     base: nn.Linear | None = None
     given: frozenset[int] = frozenset()
+    layer: StandInLayer | None = None  # a block's or FFN's ctx.layer: what it built, by name
 
 
 def adapter_target(case: Case) -> nn.Linear:
@@ -57,40 +58,58 @@ class Zero(nn.Module):
 
 
 class StandInLayer:
-    """``ctx.layer`` for a block or FFN built alone: the kit's reference sublayers (causal attention,
-    a dense GELU FFN, LayerNorm), or ``Zero`` attention and FFN when ``zero``."""
+    """``ctx.layer`` for a block or FFN built alone, as the case draws it: its ``index``, the spec's [model]
+    ``dropout``, norms and activation built from the drawn installed components (their default configs; the
+    kit's reference LayerNorm and GELU where the case has none, as in the load-time probe), the core's causal
+    attention and a dense FFN of the drawn activation; ``Zero`` attention and FFN when ``zero``.
 
-    def __init__(self, ctx: BuildContext, *, zero: bool = False, index: int = 0) -> None:
+    ``made`` records each sublayer it built under the name it was asked for, so a property can compare a block
+    against its promised wiring with the very modules the layer gave it.
+    """
+
+    def __init__(self, ctx: BuildContext, case: Case | None = None, *, zero: bool = False) -> None:
         self._ctx, self._zero = ctx, zero
-        self.index, self.dropout = index, 0.0
+        self._norm, self._activation = (case.norm, case.activation) if case is not None else (None, None)
+        self.index = case.layer_index if case is not None else 0
+        self.dropout = ctx.model.dropout
+        self.made: dict[str, nn.Module] = {}
 
     def attention(self, name: str = "attn") -> nn.Module:
         from blockspec.testing.reference import partner
 
-        return Zero() if self._zero else partner("attention").build(None, self._ctx)
+        return self._record(name, Zero() if self._zero else partner("attention").build(None, self._ctx))
 
     def ffn(self, name: str = "ffn") -> nn.Module:
         from blockspec.modules.feed_forward import FeedForward
 
         m = self._ctx.model
-        return Zero() if self._zero else FeedForward(d_model=m.d_model, d_ff=m.d_ff, activation=self.activation(),
-                                                    bias=m.bias)
+        made = Zero() if self._zero else FeedForward(d_model=m.d_model, d_ff=m.d_ff, activation=self.activation(),
+                                                     bias=m.bias)
+        return self._record(name, made)
 
     def norm(self, name: str) -> nn.Module:
-        return nn.LayerNorm(self._ctx.model.d_model)
+        return self._record(name, self._partner("norm", self._norm))
 
     def activation(self, name: str = "act") -> nn.Module:
+        return self._record(name, self._partner("activation", self._activation))
+
+    def _partner(self, kind: str, drawn: Component | None) -> nn.Module:
         from blockspec.testing.reference import partner
 
-        return partner("activation").build(None, self._ctx)
+        component = partner(kind) if drawn is None else drawn
+        return component.build(component.config_cls(), self._ctx)
+
+    def _record(self, name: str, module: nn.Module) -> nn.Module:
+        self.made[name] = module
+        return module
 
 
 def build_isolated(component: Component, case: Case, *, seed: int | None = None, device: str = "cpu",
-                   zero_sublayers: bool = False, layer_index: int = 0) -> Built:
+                   zero_sublayers: bool = False) -> Built:
     """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``.
 
-    A block or FFN gets a ``StandInLayer`` as ``ctx.layer`` (``zero_sublayers``: Zero attention and FFN),
-    as the layer at ``layer_index``.
+    A block or FFN gets a ``StandInLayer`` as ``ctx.layer``, as the layer at the case's ``layer_index``
+    (``zero_sublayers``: Zero attention and FFN).
     """
     with torch.random.fork_rng(devices=[]), torch.device(device):
         _seed(case.seed if seed is None else seed, device)
@@ -99,9 +118,9 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         target = adapter_target(case) if component.kind == ADAPTER else None
         base = copy.deepcopy(target)
         given = frozenset(id(p) for p in target.parameters()) if target is not None else frozenset()
-        if component.kind in PER_LAYER:
-            ctx = BuildContext(model=case.model, embedding=embedding, layer=StandInLayer(ctx, zero=zero_sublayers,
-                                                                                   index=layer_index))
+        layer = StandInLayer(ctx, case, zero=zero_sublayers) if component.kind in PER_LAYER else None
+        if layer is not None:
+            ctx = BuildContext(model=case.model, embedding=embedding, layer=layer)
         elif target is not None:
             ctx = BuildContext(model=case.model, embedding=embedding, target=target)
         module = component.build(case.config, ctx)
@@ -111,7 +130,7 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
         perturb(module, case.seed if seed is None else seed)
     dtype = dtype_of(case)
     base = base.to(dtype=dtype).eval() if base is not None else None
-    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype), base, given)
+    return Built(module.to(dtype=dtype).eval(), embedding.to(dtype=dtype), base, given, layer)
 
 
 PERTURBATION = 0.5  # the noise's std, as a fraction of each tensor's root mean square ...
@@ -222,11 +241,16 @@ def inputs(kind: str, module: nn.Module, case: Case, device: str = "cpu") -> tup
 def outputs(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
     """Run the component the way the model does; name each output."""
     with torch.no_grad():
-        if kind == "positional":
-            return positional_outputs(module, case, *tensors)
-        if kind in ("attention", "block"):
-            return {"output": module(tensors[0], PositionalEncoding(), case.start)}
-        return {"output": module(tensors[0])}
+        return forward(kind, module, case, tensors)
+
+
+def forward(kind: str, module: nn.Module, case: Case, tensors: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+    """``outputs`` with autograd on: what a training step (or ``torch.compile``) runs."""
+    if kind == "positional":
+        return positional_outputs(module, case, *tensors)
+    if kind in ("attention", "block"):
+        return {"output": module(tensors[0], PositionalEncoding(), case.start)}
+    return {"output": module(tensors[0])}
 
 
 def positional_outputs(module: nn.Module, case: Case, x, q, k) -> dict[str, Any]:

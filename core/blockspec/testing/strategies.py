@@ -6,6 +6,7 @@ hypothesis shrinks a failure towards the smallest model that shows it.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Any, Literal
@@ -16,8 +17,10 @@ from hypothesis import strategies as st
 from blockspec.errors import FieldError
 from blockspec.spec.kinds import SECTIONS
 from blockspec.registry.components import Component, Registry
-from blockspec.spec.schema import ComponentSpec, ModelConfig, ModelSpec
+from blockspec.spec.strict import CONVERTER
+from blockspec.spec.schema import ComponentChoice, ComponentSpec, LayerOverride, LayerRule, ModelConfig, ModelSpec
 from blockspec.testing.cases import DTYPES, Case
+from blockspec.testing.harness import PER_LAYER
 
 HEAD_COUNTS = (1, 2, 4)
 HEAD_DIMS = (2, 4, 8)
@@ -25,15 +28,17 @@ VOCAB_SIZES = (2, 3, 11, 40)
 CONTEXT_LENGTHS = (2, 5, 16)
 # A few sizes rather than every integer: each new tensor shape costs PyTorch a
 # kernel set-up on first use, and the properties do not depend on exact sizes.
+LAYER_INDICES = (0, 1, 2, 3)  # a block or FFN built alone is drawn as one of the first four layers
+DROPOUTS = (0.0, 0.1, 0.5)  # [model] dropout: off, typical, heavy (train-mode checks see it; eval must not)
 FAR_STARTS = (60, 63, 64, 65, 100, 127, 128, 255, 256, 511, 512, 1000, 1023, 1024, 2048, 4096)
 # First positions far past any drawn context (at most 16, so 3·16 = 48 before): a table, clamp or
 # cache size at a power of two (or one off it) shows up at the default budget.
 
 
 @st.composite
-def model_configs(draw, *, max_layers: int = 2) -> ModelConfig:
+def model_configs(draw, *, max_layers: int = 3) -> ModelConfig:
     """A valid [model] table: d_model = n_heads · head_dim with an even head_dim (RoPE needs one); sometimes a
-    [model] head_dim of its own (even too) and an embedding_scale."""
+    [model] head_dim of its own (even too) and an embedding_scale; a dropout, 0 or above."""
     n_heads = draw(st.sampled_from(HEAD_COUNTS))
     head_dim = draw(st.sampled_from(HEAD_DIMS))
     kv_choices = [k for k in range(1, n_heads + 1) if n_heads % k == 0]
@@ -50,6 +55,7 @@ def model_configs(draw, *, max_layers: int = 2) -> ModelConfig:
         norm_placement=draw(st.sampled_from(["pre", "post"])),
         head_dim=draw(st.none() | st.sampled_from(HEAD_DIMS)),
         embedding_scale=draw(st.none() | st.sampled_from([0.5, 2.0, "sqrt_d"])),
+        dropout=draw(st.sampled_from(DROPOUTS)),
     )
 
 
@@ -76,6 +82,9 @@ def field_values(field: attrs.Attribute, hint: Any) -> st.SearchStrategy:
 
 
 def _near_int(default: int) -> list[int]:
+    """Half, the default and twice it; an option off by default (0: no shared experts) is drawn on too."""
+    if default == 0:
+        return [0, 1, 2]
     return sorted({max(default // 2, 1), default, default * 2}) if default > 0 else [default]
 
 
@@ -122,6 +131,9 @@ def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 
     ``trained`` is drawn: fresh modules, and modules perturbed as training would leave them.
     """
     model = draw(model_configs())
+    layer = draw(layer_draws(component))
+    if layer:  # the model holds the layer the block or FFN is built as
+        model = attrs.evolve(model, n_layers=max(model.n_layers, layer["layer_index"] + 1))
     tokens = draw(st.integers(min(min_tokens, model.context_length), min(max_tokens, model.context_length)))
     return Case(
         model=model,
@@ -134,7 +146,41 @@ def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 
         start=draw(starts(model.context_length)),
         cut=draw(st.integers(0, max(tokens - 2, 0))),
         trained=draw(st.booleans()),
+        **layer,
     )
+
+
+@st.composite
+def layer_draws(draw, component: Component) -> dict[str, Any]:
+    """For a block or FFN (``cases`` grows the model to hold the layer): the stand-in layer's index and the
+    installed norm and activation its sublayers are built from, the reference partners first (what a failure
+    shrinks to). Nothing for the other kinds."""
+    if component.kind not in PER_LAYER:
+        return {}
+    return {"layer_index": draw(st.sampled_from(LAYER_INDICES)),
+            "norm": draw(st.sampled_from((None, *installed_partners("norm")))),
+            "activation": draw(st.sampled_from((None, *installed_partners("activation"))))}
+
+
+PARTNER_PROMISES = {"norm": {"standardizes", "unit_rms"}, "activation": {"elementwise", "gated"}}
+
+
+@functools.cache
+def installed_partners(kind: str) -> tuple[Component, ...]:
+    """The installed components of ``kind`` a stand-in layer may build (``blockspec.load_registry()``, the one way
+    the kit finds installed components): those that promise what a norm or activation is for, built from their
+    default config. Loaded once per process, never probed (the probe itself builds stand-in layers)."""
+    from blockspec.registry.loading import load_registry
+
+    return tuple(c for c in load_registry(strict=False, probe=False)
+                 if c.kind == kind and c.promises & PARTNER_PROMISES[kind] and _default_config(c) is not None)
+
+
+def _default_config(component: Component) -> object | None:
+    try:
+        return component.config_cls()
+    except (TypeError, ValueError):  # a required field: no default to build the partner from
+        return None
 
 
 def starts(context_length: int) -> st.SearchStrategy[int]:
@@ -173,13 +219,32 @@ def _pin(registry: Registry, component: Component) -> str | None:
 
 
 @st.composite
-def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrategy | None = None) -> ModelSpec:
+def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrategy | None = None,
+                vary_layers: bool = False) -> ModelSpec:
     """A whole valid ModelSpec whose components come from ``registry``.
 
-    ``where(component)`` narrows the choice (e.g. only heads that promise "lm").
+    ``where(component)`` narrows the choice (e.g. only heads that promise "lm"). ``vary_layers``: sometimes a
+    [[layers]] entry too (``layer_rules``), so the layers are not all alike.
     """
     config = draw(model if model is not None else model_configs())
     parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
     if parts["block"].name in ("pre", "post") and parts["block"].name != config.norm_placement:
         config = attrs.evolve(config, norm_placement=parts["block"].name)  # a spec file cannot say both
-    return ModelSpec(model=config, **parts)
+    rules = draw(layer_rules(registry, config, where=where)) if vary_layers else ()
+    return ModelSpec(model=config, layers=rules, **parts)
+
+
+VARIED_KINDS = ("norm", "activation", "attention")  # what a drawn [[layers]] entry switches
+
+
+@st.composite
+def layer_rules(draw, registry: Registry, model: ModelConfig, *, where=None) -> tuple[LayerRule, ...]:
+    """No [[layers]] entry, or one that gives the odd layers (every = 2, offset = 1) another component of one
+    kind, with its own drawn config: per-layer variation as a spec writes it."""
+    if model.n_layers < 2 or not draw(st.booleans()):
+        return ()
+    kind = draw(st.sampled_from(VARIED_KINDS))
+    part = draw(component_specs(registry, kind, where=where))
+    use = ComponentChoice(kind=kind, name=part.name, distribution=part.distribution, config_cls=type(part.config))
+    override = LayerOverride(fields=CONVERTER.unstructure(part.config), use=use)
+    return (LayerRule(every=2, offset=1, overrides={kind: override}),)

@@ -66,7 +66,9 @@ def build_rezero(config: ReZeroConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("positional", "alibi", ALiBiConfig, build_alibi, promises=("score_bias", "relative", "unbounded"))
-    register("norm", "scalenorm", ScaleNormConfig, build_scalenorm, promises=("scale_invariant", "unit_rms"))
-    register("activation", "squared_relu", SquaredReLUConfig, build_squared_relu, promises=("elementwise",))
-    register("block", "rezero", ReZeroConfig, build_rezero, promises=("residual", "causal"))
+    register("positional", "alibi", ALiBiConfig, build_alibi, promises=("score_bias", "relative", "unbounded",
+                                                                        "compiles"))
+    register("norm", "scalenorm", ScaleNormConfig, build_scalenorm,
+             promises=("scale_invariant", "unit_rms", "compiles"))
+    register("activation", "squared_relu", SquaredReLUConfig, build_squared_relu, promises=("elementwise", "compiles"))
+    register("block", "rezero", ReZeroConfig, build_rezero, promises=("residual", "causal", "compiles"))

@@ -72,8 +72,8 @@ def build_geglu(config: GeGLUConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("activation", "relu", ReLUConfig, build_relu, promises=("elementwise",))
-    register("activation", "gelu", GELUConfig, build_gelu, promises=("elementwise",))
-    register("activation", "silu", SiLUConfig, build_silu, promises=("elementwise",))
-    register("activation", "swiglu", SwiGLUConfig, build_swiglu, promises=("gated",))
-    register("activation", "geglu", GeGLUConfig, build_geglu, promises=("gated",))
+    register("activation", "relu", ReLUConfig, build_relu, promises=("elementwise", "compiles"))
+    register("activation", "gelu", GELUConfig, build_gelu, promises=("elementwise", "compiles"))
+    register("activation", "silu", SiLUConfig, build_silu, promises=("elementwise", "compiles"))
+    register("activation", "swiglu", SwiGLUConfig, build_swiglu, promises=("gated", "compiles"))
+    register("activation", "geglu", GeGLUConfig, build_geglu, promises=("gated", "compiles"))

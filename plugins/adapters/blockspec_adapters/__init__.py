@@ -46,7 +46,7 @@ def _target(ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    promises = ("identity_at_init", "mergeable")
+    promises = ("identity_at_init", "mergeable", "compiles")
     register("adapter", "lora", LoraConfig, build_lora, promises=promises)
     register("adapter", "dora", LoraConfig, build_dora, promises=promises,
              summary="LoRA with a learned magnitude per output feature (weight-decomposed, DoRA)")

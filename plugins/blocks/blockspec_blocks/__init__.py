@@ -65,7 +65,7 @@ def build_output_norm(config: OutputNormConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    promises = ("residual", "causal")
+    promises = ("residual", "causal", "compiles")
     register("block", "parallel", ParallelConfig, build_parallel, promises=(*promises, "parallel"))
     register("block", "sandwich", SandwichConfig, build_sandwich, promises=promises)
     register("block", "output_norm", OutputNormConfig, build_output_norm, promises=promises)

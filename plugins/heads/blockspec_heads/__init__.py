@@ -55,5 +55,5 @@ def build_classifier(config: ClassifierConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("head", "lm", LMHeadConfig, build_lm, promises=("lm", "tie_option", "logit_softcap"))
-    register("head", "classifier", ClassifierConfig, build_classifier, promises=("classifier",))
+    register("head", "lm", LMHeadConfig, build_lm, promises=("lm", "tie_option", "logit_softcap", "compiles"))
+    register("head", "classifier", ClassifierConfig, build_classifier, promises=("classifier", "compiles"))

@@ -49,5 +49,6 @@ def build_rmsnorm(config: RMSNormConfig, ctx: BuildContext):
 @hookimpl
 def blockspec_register(register: Register) -> None:
     register("norm", "layernorm", LayerNormConfig, build_layernorm,
-             promises=("scale_invariant", "shift_invariant", "standardizes"))
-    register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant", "unit_rms", "offset_init"))
+             promises=("scale_invariant", "shift_invariant", "standardizes", "compiles"))
+    register("norm", "rmsnorm", RMSNormConfig, build_rmsnorm, promises=("scale_invariant", "unit_rms", "offset_init",
+                                                                    "compiles"))

@@ -127,8 +127,9 @@ def build_rope(config: RopeConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("positional", "learned", LearnedConfig, build_learned, promises=("additive",))
+    register("positional", "learned", LearnedConfig, build_learned, promises=("additive", "compiles"))
     register("positional", "sinusoidal", SinusoidalConfig, build_sinusoidal,
-             promises=("additive", "relative", "unbounded"))
+             promises=("additive", "relative", "unbounded", "compiles"))
     register("positional", "rope", RopeConfig, build_rope,
-             promises=("rotary", "norm_preserving", "relative", "unbounded", "partial_rotary", "rope_frequencies"))
+             promises=("rotary", "norm_preserving", "relative", "unbounded", "partial_rotary", "rope_frequencies",
+                       "compiles"))

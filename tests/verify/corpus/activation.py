@@ -8,7 +8,7 @@ import blockspec_extras
 import torch
 import torch.nn.functional as F
 from attrs import frozen
-from blockspec_activations import GeGLUConfig, SiLUConfig, SwiGLUConfig
+from blockspec_activations import GeGLUConfig, ReLUConfig, SiLUConfig, SwiGLUConfig
 from blockspec_extras import SquaredReLUConfig
 from torch import nn
 
@@ -136,3 +136,19 @@ CORPUS.mutant("activation", "geglu_unflagged", GeGLUConfig, build_plain(Unflagge
               catches="contract", bug="the gated flag is not set, so the FFN gives it d_ff features, not 2·d_ff")
 CORPUS.mutant("activation", "silu_never_cast_back", SiLUConfig, build_plain(WideSiLU), like=SILU, catches=DTYPES,
               bug="computes half precision in float32 and returns float32")
+
+
+# --- issue 27: a Python branch on a tensor's value (caught by compiles) -------------------------------------
+
+RELU = declared(blockspec_activations, "activation", "relu")
+
+
+class FastPathReLU(Activation):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool((x >= 0).all()):  # BUG: a "nothing to clip" fast path branches on the values: a graph break
+            return x
+        return F.relu(x)
+
+
+CORPUS.mutant("activation", "relu_fast_path", ReLUConfig, build_plain(FastPathReLU), like=RELU, catches="compiles",
+              bug="a Python branch on the tensor's values (a fast path when nothing is negative): a graph break")

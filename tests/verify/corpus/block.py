@@ -6,6 +6,7 @@ from __future__ import annotations
 import blockspec_blocks
 import blockspec_extras
 import torch
+import torch.nn.functional as F
 from attrs import field, frozen
 from blockspec_blocks import OutputNormConfig, ParallelConfig, SandwichConfig
 from blockspec_blocks.modules import OutputNormBlock, ParallelBlock, SandwichBlock
@@ -67,7 +68,8 @@ def layer_drop_as(cls: type) -> object:
     return build
 
 
-CORPUS.correct("block", "layer_drop", LayerDropConfig, layer_drop_as(LayerDropBlock), promises=PRE,
+CORPUS.correct("block", "layer_drop", LayerDropConfig, layer_drop_as(LayerDropBlock),
+               promises=tuple(p for p in PRE if p != "compiles"),  # bool(torch.rand(()) < p): a host sync
                why="random in training, deterministic in eval")
 CORPUS.mutant("block", "layer_drop_in_eval", LayerDropConfig, layer_drop_as(LayerDropInEval), like=PRE,
               catches="deterministic", bug="LayerDrop without the training check: random at inference")
@@ -175,3 +177,106 @@ def build_embedding_norm(config: EmbeddingNormConfig, ctx: BuildContext) -> Embe
 
 CORPUS.correct("block", "embedding_norm_first", EmbeddingNormConfig, build_embedding_norm, promises=("causal",),
                why="BLOOM: an extra norm in layer 0 only, so one layer's count does not serve every layer")
+
+
+# --- issue 27: the layer's own sublayers, its index and dropout, and compiling ---------------------------
+
+def build_own_layernorms(config: PreConfig, ctx: BuildContext) -> PreNormBlock:
+    layer, d = ctx.layer, ctx.model.d_model
+    return PreNormBlock(norm1=torch.nn.LayerNorm(d), attn=layer.attention("attn"),  # BUG: not layer.norm("norm1"):
+                        norm2=torch.nn.LayerNorm(d), ffn=layer.ffn("ffn"), dropout=layer.dropout)  # LayerNorm always
+
+
+class DropoutAlways(PreNormBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        p = self.drop.p
+        x = x + F.dropout(attend(self.attn, self.norm1(x), positional, start, cache), p, training=True)  # BUG
+        return x + F.dropout(self.ffn(self.norm2(x)), p, training=True)  # BUG: training=True, eval or not
+
+
+class ItemSync(PreNormBlock):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        self.input_rms = x.pow(2).mean().sqrt().item()  # BUG: a host sync for a statistic, every step
+        return super().forward(x, positional, start, cache)
+
+
+class IndexScaled(PreNormBlock):
+    def __init__(self, *, index: int, **parts) -> None:
+        super().__init__(**parts)
+        self.index = index
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        scale = (self.index + 1) ** -0.5 if self.index > 0 else 1.0  # BUG: a depth-scaled init leaking into forward
+        x = x + scale * self.drop(attend(self.attn, self.norm1(x), positional, start, cache))
+        return x + scale * self.drop(self.ffn(self.norm2(x)))
+
+
+def build_index_scaled(config: PreConfig, ctx: BuildContext) -> PreNormBlock:
+    return IndexScaled(index=ctx.layer.index, dropout=ctx.layer.dropout, **_parts(ctx, PRE_PARTS))
+
+
+CORPUS.mutant("block", "pre_own_layernorm", PreConfig, build_own_layernorms, like=PRE, catches="pre_norm",
+              bug="the block builds nn.LayerNorm norms itself instead of the spec's [norm] through ctx.layer")
+CORPUS.mutant("block", "pre_dropout_in_eval", PreConfig, block_as(DropoutAlways, PRE_PARTS), like=PRE,
+              catches="eval_is_deterministic", bug="F.dropout(..., training=True): dropout at inference too")
+CORPUS.mutant("block", "pre_item_sync", PreConfig, block_as(ItemSync, PRE_PARTS), like=PRE, catches="compiles",
+              bug="a .item() in forward to keep a statistic: a host sync, so the graph breaks")
+CORPUS.mutant("block", "pre_index_scaled", PreConfig, build_index_scaled, like=PRE, catches="pre_norm",
+              bug="sublayer outputs scaled by 1/sqrt(index + 1) past layer 0: not the pre-norm the block promises")
+
+
+# --- correct: DeepNorm and LayerScale -----------------------------------------------------------------
+
+@frozen(kw_only=True)
+class DeepNormConfig:
+    """DeepNet (Wang et al. 2022): norm(α·x + f(x)) per sublayer, α = (2·n_layers)^(1/4)."""
+
+
+class DeepNormBlock(torch.nn.Module):
+    def __init__(self, *, attn, ffn, norm1, norm2, alpha: float, dropout: float) -> None:
+        super().__init__()
+        self.attn, self.norm1, self.ffn, self.norm2, self.alpha = attn, norm1, ffn, norm2, alpha
+        self.drop = torch.nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = self.norm1(self.alpha * x + self.drop(attend(self.attn, x, positional, start, cache)))
+        return self.norm2(self.alpha * x + self.drop(self.ffn(x)))
+
+
+def build_deepnorm(config: DeepNormConfig, ctx: BuildContext) -> DeepNormBlock:
+    alpha = (2 * max(ctx.model.n_layers, 1)) ** 0.25
+    return DeepNormBlock(alpha=alpha, dropout=ctx.layer.dropout, **_parts(ctx, ("attn", "norm1", "ffn", "norm2")))
+
+
+@frozen(kw_only=True)
+class LayerScaleConfig:
+    """CaiT's LayerScale (Touvron et al. 2021): x + γ⊙f(norm(x)) per sublayer, γ per channel from init."""
+
+    init: float = field(default=1e-4, validator=in_range(0.0, 1.0))
+
+
+class LayerScaleBlock(PreNormBlock):
+    def __init__(self, *, init: float, width: int, **parts) -> None:
+        super().__init__(**parts)
+        self.gamma_attn = torch.nn.Parameter(torch.full((width,), init))  # (d,)
+        self.gamma_ffn = torch.nn.Parameter(torch.full((width,), init))  # (d,)
+
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.gamma_attn * self.drop(attend(self.attn, self.norm1(x), positional, start, cache))
+        return x + self.gamma_ffn * self.drop(self.ffn(self.norm2(x)))
+
+
+def build_layer_scale(config: LayerScaleConfig, ctx: BuildContext) -> LayerScaleBlock:
+    return LayerScaleBlock(init=config.init, width=ctx.model.d_model, dropout=ctx.layer.dropout,
+                           **_parts(ctx, PRE_PARTS))
+
+
+CORPUS.correct("block", "deepnorm", DeepNormConfig, build_deepnorm, promises=("causal", "compiles"),
+               why="post-norm with the residual scaled by α: promises neither residual nor post_norm")
+CORPUS.correct("block", "layer_scale", LayerScaleConfig, build_layer_scale, promises=("residual", "causal", "compiles"),
+               why="pre-norm with a learned per-channel gain on each sublayer: not pre_norm's formula")

@@ -234,3 +234,25 @@ CORPUS.mutant("ffn", "moe_aux_detached", MoEConfig, moe_as(AuxDetached), like=MO
               bug="the balancing loss computed from detached router probabilities")
 CORPUS.mutant("ffn", "moe_dense_unrenormalised", MoEConfig, moe_as(DenseDispatch), like=MOE, catches="mixture_sum",
               bug="dense dispatch combining the experts by the raw top-k probabilities, renormalize forgotten")
+
+
+# --- issue 27: shared experts (drawn once integer options off by default are drawn on) and router jitter ----
+
+class SharedTwice(MixtureOfExperts):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)  # routed experts plus the shared ones ...
+        return out if self.shared is None else out + self.shared(x)  # BUG: ... and the shared ones once more
+
+
+class JitterInEval(MixtureOfExperts):
+    """Switch Transformer's router jitter: the router's logits scaled by noise in [1 - ε, 1 + ε] (ε = 0.01)."""
+
+    def routing(self, logits: torch.Tensor) -> Routing:
+        jittered = logits * torch.empty_like(logits).uniform_(0.99, 1.01)  # BUG: no self.training check
+        return super().routing(jittered)
+
+
+CORPUS.mutant("ffn", "moe_shared_twice", MoEConfig, moe_as(SharedTwice), like=MOE, catches="mixture_sum",
+              bug="the shared experts' output added twice: only seen with n_shared_experts >= 1 (default 0)")
+CORPUS.mutant("ffn", "moe_jitter_in_eval", MoEConfig, moe_as(JitterInEval), like=MOE,
+              catches="eval_is_deterministic", bug="router jitter noise applied in eval mode too")

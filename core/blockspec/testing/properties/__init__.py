@@ -12,6 +12,8 @@ from blockspec.testing.properties.adapter import ADAPTER
 from blockspec.testing.properties.attention import ATTENTION
 from blockspec.testing.properties.block import BLOCK
 from blockspec.testing.properties.cache import CACHE, MODEL_CACHE
+from blockspec.testing.properties.compile import COMPILE
+from blockspec.testing.properties.determinism import DETERMINISM
 from blockspec.testing.properties.ffn import FFN
 from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape
 from blockspec.testing.properties.head import HEAD
@@ -23,6 +25,7 @@ from blockspec.testing.properties.universal import UNIVERSAL
 
 PROPERTIES: tuple[Property, ...] = (
     *POSITIONAL, *ROPE, *NORM, *ACTIVATION, *HEAD, *ATTENTION, *BLOCK, *FFN, *ADAPTER, *CACHE, *UNIVERSAL, *MODEL, *MODEL_CACHE,
+    *COMPILE, *DETERMINISM,
 )
 
 

@@ -69,6 +69,7 @@ class Property:
     cases: Callable[[Component], object] = field(default=_default_cases)
     weights: Weights = "drawn"
     dtypes: tuple[str, ...] = DTYPES
+    min_examples: int = 3  # the fewest examples ``share`` leaves; 1 for a check that costs a compile per example
 
     def strategy(self, component: Component):
         """``cases(component)`` with the dtype and the fresh/trained knob this property draws."""
@@ -79,8 +80,8 @@ class Property:
         return knobs.map(lambda drawn: attrs.evolve(drawn[0], dtype=drawn[1], trained=drawn[2]))
 
     def examples(self, max_examples: int) -> int:
-        """This property's share of an example budget; never fewer than 3 (or the budget, if smaller)."""
-        return max(min(3, max_examples), round(max_examples * self.share))
+        """This property's share of an example budget; never fewer than ``min_examples`` (or the budget, if smaller)."""
+        return max(min(self.min_examples, max_examples), round(max_examples * self.share))
 
     def concerns(self, component: Component) -> bool:
         return self.kind in (None, component.kind)

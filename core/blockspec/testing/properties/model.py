@@ -108,7 +108,9 @@ def own_parameters(part: tuple[Component, object], case: Case, *, layer_index: i
     embedding's."""
     component, config = part
     solo = case if config is None else attrs.evolve(case, config=config)
-    built = build_isolated(component, solo, device="meta", layer_index=layer_index)
+    solo = attrs.evolve(solo, norm=None, activation=None,  # the model's own partners: the reference ones
+                        layer_index=layer_index)
+    built = build_isolated(component, solo, device="meta")
     embedding = built.embedding.weight
     return sum(p.numel() for p in built.module.parameters() if p is not embedding)
 
