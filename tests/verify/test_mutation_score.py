@@ -24,8 +24,6 @@ MISSED: dict[str, str] = {  # mutant -> why today's kit misses it (none: the sco
 }
 
 FALSE_POSITIVES: dict[str, str] = {  # correct component -> why today's kit fails it (none)
-    "attention:causal_by_hand": "qk_norm's tolerance ignores the RMSNorm eps (issue 27, item 4): the draws that "
-                                "issue 27 adds reach a head_dim 2 case whose tiny k has RMS 1 - 1e-3",
 }
 
 
