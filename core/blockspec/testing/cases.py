@@ -35,13 +35,12 @@ class Case:
     trained: bool = False
 
     def __str__(self) -> str:
-        m = self.model
-        sizes = (f"d_model={m.d_model} n_heads={m.n_heads} n_kv_heads={m.kv_heads} d_ff={m.d_ff} "
-                 f"vocab_size={m.vocab_size} context_length={m.context_length} n_layers={m.n_layers} "
-                 f"bias={m.bias} norm_placement={m.norm_placement}")
-        knobs = (f"batch={self.batch} tokens={self.tokens} seed={self.seed} dtype={self.dtype} "
-                 f"factor={self.factor:g} start={self.start} cut={self.cut} trained={self.trained}")
-        return f"{sizes} config={self.config!r} {knobs}"
+        """Every field, the model's and the config's included, as Python that rebuilds this case when pasted."""
+        return constructor(self)
+
+    def model_text(self) -> str:
+        """The model's sizes alone, every field, as pasteable Python."""
+        return constructor(self.model)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, for ``blockspec verify --json``."""
@@ -49,3 +48,13 @@ class Case:
         data["model"] = attrs.asdict(self.model)
         data["config"] = repr(self.config)
         return data
+
+
+def constructor(value: Any) -> str:
+    """An attrs instance as the call that makes it (``Name(field=value, ...)``, each init field under the
+    name ``__init__`` takes, recursively); any other value as its ``repr``. Fields are read from
+    ``attrs.fields``, so one added later is printed too."""
+    if not attrs.has(type(value)):
+        return repr(value)
+    given = ", ".join(f"{f.alias}={constructor(getattr(value, f.name))}" for f in attrs.fields(type(value)) if f.init)
+    return f"{type(value).__name__}({given})"
