@@ -156,3 +156,11 @@ def test_a_constraint_is_described_by_its_docstring_else_its_name(sizes):
 
     assert _component(heads_above_one).constraint == "heads_above_one"
     validate_component(_component(heads_above_one))
+
+
+def test_the_load_time_probe_leaves_a_component_that_does_not_serve_its_sizes_unprobed():
+    from blockspec.testing.probe import PROBE_MODEL, probe
+
+    assert not no_drawn_size(PROBE_MODEL)
+    said = probe(_component(no_drawn_size))
+    assert said == "it does not serve the probe sizes (it serves n_heads above 100)"

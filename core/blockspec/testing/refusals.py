@@ -64,7 +64,7 @@ class Tally:
 def refusing(component: Component, tally: Tally) -> Component:
     """The same component, whose build raises ``Refused`` where it raised ValueError or TypeError, and whose
     builds and size constraint ``tally`` counts."""
-    build, serves, text = component.build, component.serves, component.constraint
+    build, text = component.build, component.constraint
 
     def build_or_refuse(config: Any, ctx: BuildContext) -> Any:
         try:
@@ -77,9 +77,9 @@ def refusing(component: Component, tally: Tally) -> Component:
         return module
 
     def counted(model: ModelConfig) -> bool:
-        accepted = bool(serves(model))
+        accepted = component.serves_model(model)
         tally.serve(accepted, text)
         return accepted
 
     counted.__doc__ = text
-    return attrs.evolve(component, build=build_or_refuse, serves=None if serves is None else counted)
+    return attrs.evolve(component, build=build_or_refuse, serves=None if component.serves is None else counted)

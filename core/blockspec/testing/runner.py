@@ -131,10 +131,9 @@ class _Trace:
     failing: list[Case] = field(factory=list)
     passed: set[str] = field(factory=set)
 
-    def replayed(self) -> Case | None:
+    def replayed(self) -> Case:
         """The failing case hypothesis replayed and saw pass, if it is known; else the last failing one."""
-        return next((c for c in reversed(self.failing) if str(c) in self.passed),
-                    self.failing[-1] if self.failing else None)
+        return next((c for c in reversed(self.failing) if str(c) in self.passed), self.failing[-1])
 
 
 def _verdict(component: Component, prop: Property, trace: _Trace, tally: Tally, error: Exception,
