@@ -38,10 +38,6 @@ class Case:
         """Every field, the model's and the config's included, as Python that rebuilds this case when pasted."""
         return constructor(self)
 
-    def model_text(self) -> str:
-        """The model's sizes alone, every field, as pasteable Python."""
-        return constructor(self.model)
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, for ``blockspec verify --json``."""
         data = attrs.asdict(self, recurse=False)

@@ -4,7 +4,8 @@ or inside a whole model through the assembler). Errors raised by ``forward`` sta
 
 A component that refuses every size, or whose ``serves`` constraint accepts none the kit draws, could not be
 checked: never passed. The ``Tally`` of one property's run counts builds, refusals and sizes served, and stops
-the run early (``NoneLeft``) once GIVE_UP_AFTER draws in a row have given nothing to check.
+the run early (``NoneLeft``) once GIVE_UP_AFTER draws have been refused (or not served) before the first one
+it could build (or serve).
 """
 
 from __future__ import annotations
