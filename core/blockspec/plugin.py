@@ -27,16 +27,19 @@ Registering (no torch needed)::
 What is here:
 
 - ``hookimpl``: marks ``blockspec_register(register)``; ``register`` is a ``Register``
-  (kind, name, config_cls, build, summary=, promises=), checked as each call arrives.
+  (kind, name, config_cls, build, summary=, promises=, serves=), checked as each call arrives.
 - ``Build``: ``Callable[[Config, BuildContext], nn.Module]``; ``Config`` is the component's
   own frozen attrs config instance. A build raises ValueError or TypeError for sizes it
-  cannot serve.
+  cannot serve: the conformance kit counts those draws as not applicable (never as failures).
+  ``serves=``, optional, says which sizes it serves, so the kit draws only those and a spec with
+  others is refused in one line: a callable ``(ModelConfig) -> bool`` whose docstring's first line
+  says it (``def even_heads(model): \"\"\"n_heads even\"\"\"; return model.n_heads % 2 == 0``).
 - ``BuildContext``: ``model`` (the spec's ``ModelConfig``: d_model, n_heads, head_dim, kv_heads,
   d_ff, vocab_size, context_length, ...), ``embedding`` (the token ``nn.Embedding``,
   always present, for heads that tie to it) and ``layer`` (``LayerParts``, for the per-layer
-  kinds ``block`` and ``ffn``; None otherwise): ``ctx.layer.attention("attn")``, ``.ffn("ffn")``,
+  kinds ``block``, ``ffn`` and ``attention``; None otherwise): ``ctx.layer.attention("attn")``, ``.ffn("ffn")``,
   ``.norm("norm1")`` and ``.activation("act")`` each build a fresh module from the spec's
-  component, recorded under the name given; ``.index`` and ``.dropout`` too.
+  component, recorded under the name given; ``.index`` (the layer's, from 0) and ``.dropout`` too.
 - Blocks: a ``block`` component owns the residuals; its ``forward(x, positional, start=0,
   cache=None)`` calls attention through ``attend(attn, x, positional, start, cache)``, which
   passes the ``LayerCache`` (untouched: one per layer) only when decoding. ``PreNormBlock`` and

@@ -80,5 +80,6 @@ def test_a_case_prints_every_knob(registry):
         text = str(case)
         assert f"d_model={case.model.d_model}" in text and "config=ClassifierConfig(" in text
         assert attrs.has(type(case.config))
+        assert all(f"{f.alias}=" in text for f in attrs.fields(type(case.model)))  # head_dim, embedding_scale
 
     show()

@@ -228,6 +228,9 @@ class _Assembler:
         if component is None:
             raise SpecError(Problem(file=self.spec.source, path=f"$.{part.kind}.use",
                                     message=f"{part.kind} {part.use!r} is not available in this registry{where}"))
+        if not component.serves_model(self.spec.model):
+            raise SpecError(Problem(file=self.spec.source, path="$.model", message=(
+                f"{component.qualified_name} does not serve these sizes{where}: it serves {component.constraint}")))
         try:
             module = component.build(part.config, ctx)
         except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table
@@ -257,7 +260,8 @@ class _LayerParts:
         return self._assembler.make(part, ctx, path, layer=self.index)
 
     def attention(self, name: str = "attn") -> nn.Module:
-        return self._make("attention", self._ctx, self._path(name))
+        path = self._path(name)  # attention gets its layer's context too: ctx.layer.index, .dropout
+        return self._make("attention", self._assembler.layer_context(self._ctx, self.index, path), path)
 
     def ffn(self, name: str = "ffn") -> nn.Module:
         path = self._path(name)

@@ -40,8 +40,8 @@ class BuildContext:
     ``model`` is the spec's [model] table (d_model, n_heads, head_dim, d_ff, vocab_size, ...).
     ``embedding`` is the model's token embedding, (vocab_size, d_model), always present: a head
     that ties its weight to it holds ``ctx.embedding.weight`` itself.
-    ``layer`` is set for components built per layer (``block`` and ``ffn``): the factory of that
-    layer's sublayers (``LayerParts``); None for the model-wide ones.
+    ``layer`` is set for components built per layer (``block``, ``ffn`` and ``attention``): the factory of
+    that layer's sublayers (``LayerParts``, with its ``index`` and ``dropout``); None for the model-wide ones.
     """
 
     model: ModelConfig

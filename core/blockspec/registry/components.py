@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,6 +12,13 @@ from attrs import field, frozen
 from blockspec.errors import RegistrationError
 from blockspec.spec.kinds import KINDS, PROMISED_FIELDS, PROMISES, REQUIRES
 from blockspec.spec.problems import close_match
+from blockspec.spec.schema import ModelConfig
+
+Serves = Callable[[ModelConfig], bool]
+"""``serves(model) -> bool``: whether a component's build serves these [model] sizes (``n_heads`` even, ...).
+
+Its docstring's first line (else its name) is the text messages quote: write it as a ``def`` with one.
+"""
 
 
 @frozen(kw_only=True)
@@ -25,10 +33,23 @@ class Component:
     version: str
     summary: str = ""
     promises: frozenset[str] = frozenset()
+    serves: Serves | None = None  # the [model] sizes its build serves; None: every size
 
     @property
     def qualified_name(self) -> str:
         return f"{self.distribution}:{self.name}"
+
+    def serves_model(self, model: ModelConfig) -> bool:
+        """Whether the build serves ``model``'s sizes, as its ``serves`` constraint says (no constraint: yes)."""
+        return self.serves is None or bool(self.serves(model))
+
+    @property
+    def constraint(self) -> str:
+        """The size constraint in words: its docstring's first line, else its name; "" without one."""
+        if self.serves is None:
+            return ""
+        doc = (inspect.getdoc(self.serves) or "").strip()
+        return doc.splitlines()[0] if doc else getattr(self.serves, "__name__", repr(self.serves))
 
 
 @frozen(kw_only=True)
@@ -71,6 +92,7 @@ def validate_component(component: Component) -> None:
     if not callable(component.build):
         raise RegistrationError(f"{component.kind}:{component.name}: build must be callable")
     _check_promises(component)
+    _check_serves(component)
 
 
 def _check_promises(component: Component) -> None:
@@ -100,6 +122,23 @@ def _check_promised_fields(component: Component, promise: str) -> None:
                 f"{component.kind}:{component.name}: promise {promise!r} reads the config field {name!r}, "
                 f"which {component.config_cls.__name__} lacks; name the field {name!r} or drop the promise"
             )
+
+
+def _check_serves(component: Component) -> None:
+    """A size constraint is a callable of one argument, the ModelConfig (plugins are code; specs never are)."""
+    serves = component.serves
+    if serves is None:
+        return
+    wrong = f"{component.kind}:{component.name}: serves must be a callable (ModelConfig) -> bool"
+    if not callable(serves):
+        raise RegistrationError(f"{wrong}, found {serves!r}; e.g. a def with a one-line docstring saying "
+                                f"which sizes it serves")
+    try:
+        inspect.signature(serves).bind(None)
+    except TypeError:
+        raise RegistrationError(f"{wrong} taking one argument, found {serves!r}") from None
+    except ValueError:  # a builtin without a signature: nothing to check
+        pass
 
 
 def _is_frozen(cls: type) -> bool:

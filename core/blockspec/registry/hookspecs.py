@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from blockspec.assembly.context import BuildContext
+    from blockspec.spec.schema import ModelConfig
 
 Config: TypeAlias = Any
 """An instance of the component's own ``config_cls``: a frozen attrs class, one field per spec key."""
@@ -41,6 +42,7 @@ class Register(Protocol):
         *,
         summary: str | None = None,
         promises: tuple[str, ...] = (),
+        serves: Callable[[ModelConfig], bool] | None = None,
     ) -> None: ...
 
 
@@ -49,5 +51,7 @@ def blockspec_register(register: Register) -> None:
     """Register components by calling ``register(kind, name, config_cls, build)``.
 
     ``config_cls`` is a frozen attrs class holding the component's own spec
-    fields; ``build(config, ctx)`` returns the ``nn.Module``.
+    fields; ``build(config, ctx)`` returns the ``nn.Module``. ``serves``, optional: a callable
+    ``(ModelConfig) -> bool`` saying which [model] sizes the build serves (its docstring's first line
+    says it in words); the conformance kit draws only those, and a spec with others is refused.
     """

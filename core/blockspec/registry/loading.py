@@ -171,7 +171,7 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
     staged: list[Component] = []
     taken = {(c.kind, c.name) for c in earlier}
 
-    def register(kind, name, config_cls, build, *, summary=None, promises=()) -> None:
+    def register(kind, name, config_cls, build, *, summary=None, promises=(), serves=None) -> None:
         if isinstance(promises, str):  # promises=("unit_rms") is a string: the comma was forgotten
             raise RegistrationError(f"{kind}:{name}: promises must be a tuple of names, found the string "
                                     f"{promises!r}; write promises=({promises!r},) with the comma")
@@ -179,7 +179,7 @@ def _collect(plugin: object, distribution: str, version: str, earlier: list[Comp
             kind=kind, name=name, config_cls=config_cls, build=build,
             distribution=distribution, version=version,
             summary=summary or _first_line(getattr(config_cls, "__doc__", None)),
-            promises=frozenset(promises),
+            promises=frozenset(promises), serves=serves,
         )
         validate_component(component)
         if (kind, name) in taken:

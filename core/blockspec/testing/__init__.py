@@ -18,7 +18,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from blockspec.testing.cases import Case
+    from blockspec.testing.cases import Case, installed
     from blockspec.testing.errors import NotApplicable, PropertyFailure
     from blockspec.testing.models import build_model
     from blockspec.testing.properties import PROPERTIES, Property, properties_for
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _LAZY = {  # name -> (module, needs hypothesis)
     "Case": (".cases", False),
+    "installed": (".cases", False),
     "NotApplicable": (".errors", False),
     "PropertyFailure": (".errors", False),
     "build_model": (".models", False),
@@ -68,6 +69,7 @@ __all__ = [
     "Result",
     "build_model",
     "check",
+    "installed",
     "properties_for",
     "require_hypothesis",
     "select",

@@ -27,9 +27,6 @@ class CacheCase(Case):
     chunks: tuple[int, ...] = field(default=(1,), converter=tuple)
     encoder: str = "none"
 
-    def __str__(self) -> str:
-        return f"{super().__str__()} chunks={self.chunks} encoder={self.encoder}"
-
     @property
     def length(self) -> int:
         """Every position the case covers: the prefix and the chunks."""

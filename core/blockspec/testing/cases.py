@@ -41,19 +41,8 @@ class Case:
     activation: Component | None = None
 
     def __str__(self) -> str:
-        m = self.model
-        sizes = (f"d_model={m.d_model} n_heads={m.n_heads} n_kv_heads={m.kv_heads} d_ff={m.d_ff} "
-                 f"vocab_size={m.vocab_size} context_length={m.context_length} n_layers={m.n_layers} "
-                 f"bias={m.bias} norm_placement={m.norm_placement}")
-        knobs = (f"batch={self.batch} tokens={self.tokens} seed={self.seed} dtype={self.dtype} "
-                 f"factor={self.factor:g} start={self.start} cut={self.cut} trained={self.trained}")
-        return f"{sizes} config={self.config!r} {knobs}{self._layer_text()}"
-
-    def _layer_text(self) -> str:
-        """The stand-in layer's draw: its index, [model] dropout and partner components."""
-        partners = " ".join(f"{kind}={_qualified(part)}" for kind, part in (("norm", self.norm),
-                                                                           ("activation", self.activation)))
-        return f" layer_index={self.layer_index} dropout={self.model.dropout:g} {partners}"
+        """Every field, the model's and the config's included, as Python that rebuilds this case when pasted."""
+        return constructor(self)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, for ``blockspec verify --json``."""
@@ -66,3 +55,26 @@ class Case:
 
 def _qualified(component: Component | None) -> str:
     return "reference" if component is None else f"{component.kind}:{component.name} ({component.distribution})"
+
+
+def constructor(value: Any) -> str:
+    """An attrs instance as the call that makes it (``Name(field=value, ...)``, each init field under the
+    name ``__init__`` takes, recursively); an installed component as the lookup that finds it
+    (``installed("norm", "rmsnorm", "blockspec-norms")``, from ``blockspec.testing``); any other value as its
+    ``repr``. Fields are read from ``attrs.fields``, so one added later is printed too."""
+    if isinstance(value, Component):
+        return f"installed({value.kind!r}, {value.name!r}, {value.distribution!r})"
+    if not attrs.has(type(value)):
+        return repr(value)
+    given = ", ".join(f"{f.alias}={constructor(getattr(value, f.name))}" for f in attrs.fields(type(value)) if f.init)
+    return f"{type(value).__name__}({given})"
+
+
+def installed(kind: str, name: str, distribution: str) -> Component:
+    """The installed component a printed case names, so a falsifying example pastes back as Python."""
+    from blockspec.registry.loading import load_registry
+
+    found = load_registry(strict=False, probe=False).get(kind, name, distribution)
+    if found is None:
+        raise LookupError(f"no installed {kind} {name!r} from {distribution!r}: pip install {distribution}")
+    return found

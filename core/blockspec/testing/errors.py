@@ -16,3 +16,12 @@ class PropertyFailure(AssertionError):
 
 class NotApplicable(Exception):
     """Raised by a check that finds, once the module is built, that it cannot measure this module."""
+
+
+class Refused(NotApplicable):
+    """The component's build declined the drawn sizes with ValueError or TypeError, as the plugin API allows:
+    those draws are not examples. ``error`` is what the build raised."""
+
+    def __init__(self, error: ValueError | TypeError) -> None:
+        self.error = error
+        super().__init__(f"{type(error).__name__}: {error}")

@@ -23,7 +23,7 @@ from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 
 
-PER_LAYER = ("block", "ffn")  # the kinds built with a layer factory
+PER_LAYER = ("block", "ffn", "attention")  # the kinds built with a layer factory (ctx.layer: index, dropout)
 ADAPTER = "adapter"  # the kind built around a linear layer (``ctx.target``)
 
 
@@ -108,8 +108,8 @@ def build_isolated(component: Component, case: Case, *, seed: int | None = None,
                    zero_sublayers: bool = False) -> Built:
     """``component.build(config, ctx)`` under a fixed torch seed, in the case's dtype, on ``device``.
 
-    A block or FFN gets a ``StandInLayer`` as ``ctx.layer``, as the layer at the case's ``layer_index``
-    (``zero_sublayers``: Zero attention and FFN).
+    A block, FFN or attention gets a ``StandInLayer`` as ``ctx.layer``, as the layer at the case's ``layer_index``
+    (``zero_sublayers``: Zero attention and FFN), as each gets its layer's factory in a model.
     """
     with torch.random.fork_rng(devices=[]), torch.device(device):
         _seed(case.seed if seed is None else seed, device)

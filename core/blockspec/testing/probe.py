@@ -38,6 +38,8 @@ def probe(component: Component) -> str | None:
         config = component.config_cls()
     except (TypeError, ValueError) as error:
         return f"its config needs values the probe cannot guess ({_first_line(error)})"
+    if not component.serves_model(PROBE_MODEL):
+        return f"it does not serve the probe sizes (it serves {component.constraint})"
     from blockspec.testing.harness import build_isolated, one_thread
     from blockspec.testing.properties import find
 

@@ -1,9 +1,10 @@
 """Run the declared properties of registered components; collect passed / failed / could not check / not applicable.
 
-Statuses: "passed"; "failed" (the promise is broken, or the check crashed); "could not check" (the
-component promises it, but its module lacks what the check reads, e.g. a causal attention without
-``project()``: the check raised NotApplicable); "not applicable" (not promised, or a ``when`` rule excludes
-it). Only "failed" fails a run.
+Statuses: "passed"; "failed" (the promise is broken, the check crashed, or the same example gave two
+verdicts: nondeterministic); "could not check" (the component promises it, but its module lacks what the
+check reads, e.g. a causal attention without ``project()``: the check raised NotApplicable; or its build
+refused every drawn size; or no drawn size is one it ``serves``); "not applicable" (not promised, or a
+``when`` rule excludes it). Only "failed" fails a run.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from attrs import frozen
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from attrs import define, field, frozen
+from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.reporting import with_reporter
 
 from blockspec.registry.components import Component, Quarantine, Registry, Skipped
 from blockspec.spec.kinds import REQUIRES
 from blockspec.testing.cases import Case
-from blockspec.testing.errors import NotApplicable, PropertyFailure
+from blockspec.testing.errors import NotApplicable, PropertyFailure, Refused
 from blockspec.testing.harness import one_thread
+from blockspec.testing.nondeterminism import nondeterministic
 from blockspec.testing.properties import Property, properties_for
+from blockspec.testing.refusals import NoneLeft, Tally, refusing
+from blockspec.testing.same_draws import without_local_constants
 
 Status = Literal["passed", "failed", "could not check", "not applicable"]
 STATUSES: tuple[Status, ...] = ("passed", "failed", "could not check", "not applicable")
@@ -94,30 +99,73 @@ def verify(components: Iterable[Component], *, max_examples: int | None = None, 
 
 def check(component: Component, prop: Property, *, max_examples: int | None = None,
           device: str = "cpu") -> Result:
-    """Run one property with hypothesis; a failure comes back with the shrunk example that shows it."""
+    """Run one property with hypothesis; a failure comes back with the shrunk example that shows it.
+
+    A build that refuses the drawn sizes (ValueError, TypeError) makes that draw no example; a property whose
+    every draw was refused, or left none the component ``serves``, could not be checked. An example that fails
+    once and passes when replayed is a failure: the component is nondeterministic.
+    """
     if not prop.applies(component):
         return Result(component=component, property=prop.name, status="not applicable",
                       message=_undeclared(component, prop))
-    failing: list[Case] = []
-    test = _hypothesis_test(component, prop, failing, max_examples, device)
+    trace, tally = _Trace(), Tally()
+    test = _hypothesis_test(refusing(component, tally), prop, trace, max_examples, device)
     try:
-        with with_reporter(lambda _text: None), one_thread():
+        with with_reporter(lambda _text: None), one_thread(), without_local_constants():
             test()
-    except NotApplicable as error:
+    except NoneLeft as stop:
         return Result(component=component, property=prop.name, status="could not check",
-                      message=_unchecked(component, prop, error))
-    except PropertyFailure as error:
-        return Result(component=component, property=prop.name, status="failed", message=str(error),
-                      example=failing[-1] if failing else None)
-    except Exception as error:  # hypothesis itself gave up (e.g. no valid example): a failure to report
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        detail = f"hypothesis found no example to check: {type(error).__name__}: {first}"
-        return Result(component=component, property=prop.name, status="failed",
-                      message=str(prop.failure(component, detail)))
+                      message=_unchecked(component, prop, str(stop)))
+    except Exception as error:
+        return _verdict(component, prop, trace, tally, error, device)
+    if tally.refused and not tally.built:  # every example that passed built nothing (a model without layers)
+        return Result(component=component, property=prop.name, status="could not check",
+                      message=_unchecked(component, prop, tally.every_draw_refused()))
     return Result(component=component, property=prop.name, status="passed")
 
 
-def _hypothesis_test(component: Component, prop: Property, failing: list[Case], max_examples: int | None,
+@define
+class _Trace:
+    """The failing cases (hypothesis replays the shrunk one last) and the cases that passed, by their text."""
+
+    failing: list[Case] = field(factory=list)
+    passed: set[str] = field(factory=set)
+
+    def replayed(self) -> Case:
+        """The failing case hypothesis replayed and saw pass, if it is known; else the last failing one."""
+        return next((c for c in reversed(self.failing) if str(c) in self.passed), self.failing[-1])
+
+
+def _verdict(component: Component, prop: Property, trace: _Trace, tally: Tally, error: Exception,
+             device: str) -> Result:
+    """The cell's status and message when the hypothesis run raised ``error``."""
+    def result(status: Status, message: str, example: Case | None = None) -> Result:
+        return Result(component=component, property=prop.name, status=status, message=message, example=example)
+
+    if isinstance(error, NotApplicable):
+        return result("could not check", _unchecked(component, prop, error))
+    if isinstance(error, PropertyFailure):
+        return result("failed", str(error), trace.failing[-1] if trace.failing else None)
+    if isinstance(error, Flaky) and trace.failing:
+        case = trace.replayed()
+        detail = nondeterministic(component, case, _first_failure(error), device)
+        return result("failed", str(prop.failure(component, detail)), case)
+    if isinstance(error, Unsatisfiable) and tally.refused and not tally.built:
+        return result("could not check", _unchecked(component, prop, tally.every_draw_refused()))
+    if isinstance(error, Unsatisfiable) and (tally.refused or component.serves is not None):
+        return result("could not check", _unchecked(component, prop, tally.none_left(component)))
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""  # hypothesis itself gave up
+    detail = f"hypothesis found no example to check: {type(error).__name__}: {first}"
+    return result("failed", str(prop.failure(component, detail)))
+
+
+def _first_failure(error: Exception) -> str:
+    """The detail of the failure the first run raised, out of hypothesis' Flaky report."""
+    found = [e for e in getattr(error, "exceptions", ()) if isinstance(e, PropertyFailure)]
+    return found[0].detail if found else str(error).strip().splitlines()[0]
+
+
+def _hypothesis_test(component: Component, prop: Property, trace: _Trace, max_examples: int | None,
                      device: str):
     configured = settings(max_examples=prop.examples(budget(max_examples)), deadline=None, database=None,
                           derandomize=True, verbosity=Verbosity.quiet, print_blob=False, report_multiple_bugs=False,
@@ -129,14 +177,17 @@ def _hypothesis_test(component: Component, prop: Property, failing: list[Case], 
     def run(case: Case) -> None:
         try:
             prop(component, case, device)
+        except Refused:  # the tally has it
+            reject()
         except PropertyFailure:
-            failing.append(case)  # hypothesis replays the shrunk example last
+            trace.failing.append(case)
             raise
+        trace.passed.add(str(case))
 
     return run
 
 
-def _unchecked(component: Component, prop: Property, error: NotApplicable) -> str:
+def _unchecked(component: Component, prop: Property, error: NotApplicable | str) -> str:
     return (f"{component.kind}:{component.name} (from {component.distribution} {component.version}) "
             f"could not check {prop.name}: {error}")
 

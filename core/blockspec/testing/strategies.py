@@ -12,6 +12,7 @@ import typing
 from typing import Any, Literal
 
 import attrs
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from blockspec.errors import FieldError
@@ -230,6 +231,8 @@ def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrateg
     parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
     if parts["block"].name in ("pre", "post") and parts["block"].name != config.norm_placement:
         config = attrs.evolve(config, norm_placement=parts["block"].name)  # a spec file cannot say both
+    chosen = [registry.get(p.kind, p.name, p.distribution) for p in parts.values()]
+    assume(all(c is None or c.serves_model(config) for c in chosen))  # only sizes every component serves
     rules = draw(layer_rules(registry, config, where=where)) if vary_layers else ()
     return ModelSpec(model=config, layers=rules, **parts)
 

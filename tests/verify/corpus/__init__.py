@@ -49,6 +49,7 @@ class Entry:
     promises: tuple[str, ...]
     bug: str
     catches: str | None = None
+    serves: Callable[[Any], bool] | None = None  # the size constraint it registers with (None: every size)
 
     @property
     def qualified(self) -> str:
@@ -79,10 +80,10 @@ class Corpus:
                                   catches=catches, bug=bug))
 
     def correct(self, kind: str, name: str, config_cls: type, build: Callable, *, promises: tuple[str, ...],
-                why: str) -> None:
+                why: str, serves: Callable[[Any], bool] | None = None) -> None:
         """A correct component whose every property must pass; ``why`` says what makes it unusual."""
         self.entries.append(Entry(kind=kind, name=name, config_cls=config_cls, build=build, promises=promises,
-                                  bug=why))
+                                  bug=why, serves=serves))
 
 
 def entries() -> list[Entry]:
@@ -104,7 +105,7 @@ def plugin(chosen: list[Entry]) -> object:
     @hookimpl
     def blockspec_register(register) -> None:
         for e in chosen:
-            register(e.kind, e.name, e.config_cls, e.build, promises=e.promises)
+            register(e.kind, e.name, e.config_cls, e.build, promises=e.promises, serves=e.serves)
 
     return SimpleNamespace(blockspec_register=blockspec_register)
 

@@ -254,3 +254,25 @@ CORPUS.mutant("attention", "softcap_forgotten_in_forward", CausalAttentionConfig
               bug="scores() caps, but forward takes the fused SDPA kernel without the cap")
 CORPUS.mutant("attention", "window_off_by_one_cached", CausalAttentionConfig, attention_as(WindowOffByOneCached),
               like=CAUSAL, catches="softmax_heads", bug="the sliding window lets w + 1 keys through in cached calls only")
+
+
+# --- sizes a build does not serve (issue 27, item 3): refused draws are not examples ---------------------
+
+def even_heads(model) -> bool:
+    """n_heads even"""
+    return model.n_heads % 2 == 0
+
+
+def refusing_odd_heads(config: CausalAttentionConfig, ctx: BuildContext) -> CausalSelfAttention:
+    """Heads split in two halves (differential attention does): an odd head count is refused, as the plugin
+    API allows, with ValueError."""
+    if not even_heads(ctx.model):
+        raise ValueError(f"n_heads must be even to split heads in two halves, found {ctx.model.n_heads}")
+    return builtin.build_causal_attention(config, ctx)
+
+
+CORPUS.correct("attention", "odd_heads_refused", CausalAttentionConfig, refusing_odd_heads, promises=CAUSAL,
+               why="its build raises ValueError for an odd n_heads and declares no constraint: those draws are "
+                   "not applicable, the others are checked")
+CORPUS.correct("attention", "even_heads_served", CausalAttentionConfig, refusing_odd_heads, promises=CAUSAL,
+               serves=even_heads, why="it registers serves=even_heads: the kit draws only even head counts")

@@ -77,7 +77,8 @@ class Property:
 
         trained = {"drawn": st.booleans(), "fresh": st.just(False), "trained": st.just(True)}[self.weights]
         knobs = st.tuples(self.cases(component), st.sampled_from(self.dtypes), trained)
-        return knobs.map(lambda drawn: attrs.evolve(drawn[0], dtype=drawn[1], trained=drawn[2]))
+        drawn = knobs.map(lambda drawn: attrs.evolve(drawn[0], dtype=drawn[1], trained=drawn[2]))
+        return drawn if component.serves is None else drawn.filter(lambda case: component.serves_model(case.model))
 
     def examples(self, max_examples: int) -> int:
         """This property's share of an example budget; never fewer than ``min_examples`` (or the budget, if smaller)."""
