@@ -16,7 +16,8 @@ import blockspec
 from blockspec.modules.blocks import PreNormBlock
 from blockspec.plugin import BuildContext
 from blockspec.registry.components import Component
-from blockspec.testing import check
+from blockspec.spec.schema import ModelConfig
+from blockspec.testing import Case, check, installed
 from blockspec.testing.harness import build_isolated
 from blockspec.testing.probe import probe_case
 from blockspec.testing.properties import find
@@ -84,7 +85,9 @@ def test_the_stand_in_layer_builds_what_the_case_drew(registry):
     assert getattr(built.module.ffn.act, "gated", False) and built.module.ffn.up.out_features == 2 * case.model.d_ff
     assert built.layer.index == 2 and built.layer.dropout == 0.5 and built.module.drop.p == 0.5
     text = str(case)
-    assert "layer_index=2" in text and "dropout=0.5" in text and "norm=norm:rmsnorm (blockspec-norms)" in text
+    assert "layer_index=2" in text and "dropout=0.5" in text
+    assert "norm=installed('norm', 'rmsnorm', 'blockspec-norms')" in text
+    assert eval(text, {"Case": Case, "ModelConfig": ModelConfig, "Empty": Empty, "installed": installed}) == case
 
 
 def test_without_a_drawn_partner_the_layer_is_the_reference_one():
@@ -108,8 +111,9 @@ class WrongNormInForward(PreNormBlock):
 
     def forward(self, x, positional, start=0, cache=None):
         d = x.shape[-1]
-        h = x + self.attn(F.layer_norm(x, (d,), self.norm1.weight), positional, start)
-        return h + self.ffn(F.layer_norm(h, (d,), self.norm2.weight))
+        h = x + self.attn(F.layer_norm(x, (d,), self.norm1.weight, getattr(self.norm1, "bias", None)), positional,
+                          start)
+        return h + self.ffn(F.layer_norm(h, (d,), self.norm2.weight, getattr(self.norm2, "bias", None)))
 
 
 def _wrong_norm(config: Empty, ctx: BuildContext) -> nn.Module:
@@ -125,7 +129,7 @@ def test_a_block_that_ignores_the_layers_norm_fails_pre_norm():
 
 def test_a_block_that_computes_a_layernorm_itself_fails_pre_norm_with_a_drawn_rmsnorm():
     result = check(_component("block", _wrong_norm, ("pre_norm",)), find("pre_norm", "block"))
-    assert result.status == "failed" and "norm=norm:" in str(result.example)  # only another norm shows it
+    assert result.status == "failed" and "norm=installed('norm'," in str(result.example)  # only another norm shows it
 
 
 def test_the_first_party_wirings_hold(registry):
