@@ -50,13 +50,14 @@ def assets(tmp_path_factory):
 def cheap(assets):
     """The heavy work, capped: a step, a batch, a few tokens; verify's selection, not its examples."""
     import blockspec.testing.runner as runner
+    import blockspec.generation.text as text
     import blockspec.generation.tokens as generation
-    import blockspec.train.loop as loop
+    import blockspec.train.run as run
 
-    real_config, real_stream = loop.make_config, generation.generate_stream
+    real_config, real_stream = run.make_config, generation.generate_stream
 
-    def make_config(settings_):
-        config = real_config(settings_)  # the real checks first
+    def make_config(settings_, **where):
+        config = real_config(settings_, **where)  # the real checks first
         return attrs.evolve(config, steps=min(config.steps, 1), eval_batches=1, batch_size=min(config.batch_size, 4))
 
     def generate_stream(model, ids, settings, **context):
@@ -65,8 +66,9 @@ def cheap(assets):
 
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "make_config", make_config)
+        patch.setattr(run, "make_config", make_config)  # where train and sweep read their settings
         patch.setattr(generation, "generate_stream", generate_stream)
+        patch.setattr(text, "generate_stream", generate_stream)  # each name the library calls it by
         patch.setattr(runner, "verify", lambda components, **kwargs: [])
         yield
     torch.set_num_threads(threads)
