@@ -48,7 +48,8 @@ def assets(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cheap(assets):
-    """The heavy work, capped: a step, a batch, a few tokens; verify's selection, not its examples."""
+    """The heavy work, capped: a step, a batch, a few tokens; verify's selection, not its examples; --compile
+    traced, not compiled to C++ (a cold inductor cache took most of a minute per swept sweep)."""
     import blockspec.testing.runner as runner
     import blockspec.generation.text as text
     import blockspec.generation.tokens as generation
@@ -64,8 +65,14 @@ def cheap(assets):
         generation.check_request(model, ids, settings, vocab_limit=context.get("vocab_limit"))  # the real checks
         return real_stream(model, ids, attrs.evolve(settings, max_new_tokens=min(settings.max_new_tokens, 3)), **context)
 
+    real_compile = torch.compile
+
+    def compile_traced_only(model, **options):  # dynamo traces as --compile does; no C++ code is generated
+        return real_compile(model, **{**options, "backend": "aot_eager"})
+
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "compile", compile_traced_only)
         patch.setattr(run, "make_config", make_config)  # where train and sweep read their settings
         patch.setattr(generation, "generate_stream", generate_stream)
         patch.setattr(text, "generate_stream", generate_stream)  # each name the library calls it by
