@@ -127,7 +127,8 @@ def test_the_assembler_refuses_sizes_a_component_does_not_serve_in_one_line(size
     with pytest.raises(SpecError) as caught:
         blockspec.build(spec, registry=registry)
     text = str(caught.value)
-    assert "sizes:served does not serve these sizes: it serves n_heads even" in text and "\n" not in text.strip()
+    assert "sizes:served does not serve these sizes: it serves n_heads even, found d_model = 12, n_heads = 3" in text
+    assert "\n" not in text.strip() and "$.model" in text
     even = ModelConfig(name="m", vocab_size=5, context_length=4, d_model=8, n_layers=1, n_heads=2, d_ff=8)
     spec, registry = solo_spec(component, CausalAttentionConfig(), even)
     assert blockspec.build(spec, registry=registry) is not None

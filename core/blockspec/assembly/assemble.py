@@ -17,7 +17,7 @@ from blockspec.assembly.initialisation import InitPlan, check_declarations, decl
 from blockspec.errors import ArgumentTypeError, Problem, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
-from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelSpec, estimate_parameters
+from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelConfig, ModelSpec, estimate_parameters
 
 __all__ = ["INIT_STD", "adapt", "build", "build_unfilled", "given_spec", "init_weights"]
 # Deferring init costs ~1 µs per torch call of the construction and saves the default init of
@@ -230,7 +230,8 @@ class _Assembler:
                                     message=f"{part.kind} {part.use!r} is not available in this registry{where}"))
         if not component.serves_model(self.spec.model):
             raise SpecError(Problem(file=self.spec.source, path="$.model", message=(
-                f"{component.qualified_name} does not serve these sizes{where}: it serves {component.constraint}")))
+                f"{component.qualified_name} does not serve these sizes{where}: it serves {component.constraint}, "
+                f"found {_sizes(self.spec.model)}")))
         try:
             module = component.build(part.config, ctx)
         except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table
@@ -278,3 +279,9 @@ def init_weights(model: Transformer, n_layers: int, init: InitConfig | None = No
     """Draw what the model's components declare (``assembly/initialisation.py``) as [init] says; by default
     GPT-2's: N(0, 0.02), zero biases, residual projections scaled by 1/sqrt(2L)."""
     init_plan(model).draw(init if init is not None else InitConfig(), n_layers)
+
+
+def _sizes(model: ModelConfig) -> str:
+    """The [model] sizes a size constraint reads, as a refusal quotes them."""
+    return (f"d_model = {model.d_model}, n_heads = {model.n_heads}, n_kv_heads = {model.kv_heads}, "
+            f"head_dim = {model.head_dim}, d_ff = {model.d_ff}")

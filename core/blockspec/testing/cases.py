@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
 from attrs import frozen
 
-from blockspec.registry.components import Component
+from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import ModelConfig
 
 DTYPES = ("float32", "float64")  # what numeric properties draw: tolerances stay sharp
@@ -70,11 +71,18 @@ def constructor(value: Any) -> str:
     return f"{type(value).__name__}({given})"
 
 
-def installed(kind: str, name: str, distribution: str) -> Component:
-    """The installed component a printed case names, so a falsifying example pastes back as Python."""
+@functools.cache
+def installed_registry() -> Registry:
+    """The installed components, loaded once per process (``blockspec.load_registry()``, the one way the kit
+    finds them), never probed: the probe itself builds stand-in layers, which read it."""
     from blockspec.registry.loading import load_registry
 
-    found = load_registry(strict=False, probe=False).get(kind, name, distribution)
+    return load_registry(strict=False, probe=False)
+
+
+def installed(kind: str, name: str, distribution: str) -> Component:
+    """The installed component a printed case names, so a falsifying example pastes back as Python."""
+    found = installed_registry().get(kind, name, distribution)
     if found is None:
         raise LookupError(f"no installed {kind} {name!r} from {distribution!r}: pip install {distribution}")
     return found

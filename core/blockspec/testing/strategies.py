@@ -20,7 +20,7 @@ from blockspec.spec.kinds import SECTIONS
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.strict import CONVERTER
 from blockspec.spec.schema import ComponentChoice, ComponentSpec, LayerOverride, LayerRule, ModelConfig, ModelSpec
-from blockspec.testing.cases import DTYPES, Case
+from blockspec.testing.cases import DTYPES, Case, installed_registry
 from blockspec.testing.harness import PER_LAYER
 
 HEAD_COUNTS = (1, 2, 4)
@@ -168,12 +168,9 @@ PARTNER_PROMISES = {"norm": {"standardizes", "unit_rms"}, "activation": {"elemen
 
 @functools.cache
 def installed_partners(kind: str) -> tuple[Component, ...]:
-    """The installed components of ``kind`` a stand-in layer may build (``blockspec.load_registry()``, the one way
-    the kit finds installed components): those that promise what a norm or activation is for, built from their
-    default config. Loaded once per process, never probed (the probe itself builds stand-in layers)."""
-    from blockspec.registry.loading import load_registry
-
-    return tuple(c for c in load_registry(strict=False, probe=False)
+    """The installed components of ``kind`` a stand-in layer may build (``cases.installed_registry()``): those
+    that promise what a norm or activation is for, built from their default config."""
+    return tuple(c for c in installed_registry()
                  if c.kind == kind and c.promises & PARTNER_PROMISES[kind] and _default_config(c) is not None)
 
 
