@@ -4,8 +4,11 @@ graph serves every step, and its tokens are today's dynamic decoding's, eager or
 from __future__ import annotations
 
 
+import types
+
 import pytest
 import torch
+from attrs import frozen
 from hypothesis import example, given
 from hypothesis import strategies as st
 from tomli_w import dumps
@@ -30,6 +33,7 @@ KINDS: dict[str, dict] = {  # name -> the spec's tables beyond [model]; every on
     "window": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sliding_window": 3}},
     "softcap": {"positional": {"use": "learned"}, "attention": {"use": "causal", "logit_softcap": 2.0}},
     "dynamic": {"positional": {"use": "rope", "scaling": "dynamic", "factor": 2.0}},
+    "moe": {"positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 4, "top_k": 2}},
 }
 PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6, 5], [3, 5, 8, 9]]  # a ragged batch: row 1 padded most
 
@@ -192,17 +196,44 @@ def test_a_learned_table_shorter_than_the_request_is_refused_up_front(models):
         StaticDecoder(models["learned"], batch_size=1, max_length=17)
 
 
-def test_a_component_that_breaks_the_graph_is_one_line_naming_where(registry):
-    """The MoE groups tokens by expert with sizes read from values: fullgraph refuses it at the first step."""
-    document = {"model": {"name": "static-moe", "vocab_size": VOCAB, "context_length": 16, "d_model": 16,
+class HostSyncFFN(torch.nn.Module):
+    """A feed-forward layer that branches on a value, as a Python `if` over a tensor does: a graph break."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) if bool(x.sum() > 0) else -self.proj(x)
+
+
+@frozen
+class HostSyncConfig:
+    pass
+
+
+def _host_sync_registry():
+    plugin = types.ModuleType("test_host_sync_plugin")
+
+    @blockspec.hookimpl
+    def blockspec_register(register):
+        register("ffn", "hostsync", HostSyncConfig, lambda c, ctx: HostSyncFFN(ctx.model.d_model))
+
+    plugin.blockspec_register = blockspec_register
+    return blockspec.load_registry(plugins=[(plugin, "test-host-sync", "0.0")])
+
+
+def test_a_component_that_breaks_the_graph_is_one_line_naming_where():
+    """A value-dependent branch in a component: fullgraph refuses it at the first step, in one line."""
+    document = {"model": {"name": "static-hostsync", "vocab_size": VOCAB, "context_length": 16, "d_model": 16,
                           "n_layers": 1, "n_heads": 2, "d_ff": 16},
                 "norm": {"use": "layernorm"}, "activation": {"use": "gelu"}, "head": {"use": "lm"},
-                "positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 2, "top_k": 1}}
-    if registry.get("ffn", "moe") is None:
-        pytest.skip("blockspec-moe not installed")
+                "positional": {"use": "rope"}, "ffn": {"use": "hostsync"}}
+    registry = _host_sync_registry()
     model = blockspec.build(blockspec.loads_spec(dumps(document), registry), registry=registry, seed=0).eval()
     torch._dynamo.reset()
-    with pytest.raises(InputError, match=r"^compile: .*a graph break: .*moe.*drop compile=True$") as caught:
+    where = r"test_gen_static.py:\d+ in forward"
+    with pytest.raises(InputError, match=rf"^compile: .*a graph break: .*{where}.*drop compile=True$") as caught:
         static_tokens(model, [[1, 2, 3]], compile=True, backend="aot_eager")
     assert "\n" not in str(caught.value)
 

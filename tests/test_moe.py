@@ -197,3 +197,56 @@ def test_verify_passes_for_ffn_moe(capsys):
     code, out, err = cli(capsys, "verify", "--component", "ffn:moe", "--max-examples", "5")
     assert code == 0, out + err
     assert "mixture_sum" in out
+
+
+def _per_expert(x, weight, sizes):
+    """The grouped product written out: each expert's rows times its own weight, one matmul each."""
+    return torch.cat([rows @ weight[e].T for e, rows in enumerate(x.split(sizes))])
+
+
+@pytest.mark.parametrize("width, dtype", [(8, torch.float32), (7, torch.float32), (8, torch.float64)],
+                         ids=["grouped_mm", "unaligned-loop", "float64-loop"])
+def test_the_grouped_linear_is_each_experts_matmul_forward_and_backward(width, dtype):
+    from blockspec_moe.grouped import grouped_linear
+
+    sizes = [3, 0, 5, 1]  # an expert with no rows too
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(sum(sizes), width, dtype=dtype, generator=generator, requires_grad=True)
+    weight = torch.randn(len(sizes), width + 4, width, dtype=dtype, generator=generator, requires_grad=True)
+    ends = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    grad = torch.randn(sum(sizes), width + 4, dtype=dtype, generator=generator)
+    got = torch.autograd.grad(grouped_linear(x, weight, ends), (x, weight), grad)
+    want = torch.autograd.grad(_per_expert(x, weight, sizes), (x, weight), grad)
+    assert torch.allclose(grouped_linear(x, weight, ends), _per_expert(x, weight, sizes), atol=1e-6)
+    for ours, theirs in zip(got, want):
+        assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_a_moe_layer_trains_compiled_whole_with_the_eager_result(registry):
+    """No graph break and no host sync: the routing decides values, never shapes (fullgraph raises on a break)."""
+    from blockspec_activations.modules import SwiGLU
+    from blockspec_moe.modules import MixtureOfExperts
+
+    torch.manual_seed(0)
+    layer = MixtureOfExperts(d_model=16, d_ff=24, n_experts=4, top_k=2, renormalize=True, activation=SwiGLU(),
+                             bias=True, aux_loss_coef=0.01)
+    x = torch.randn(2, 9, 16, requires_grad=True)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    got = compiled(x)
+    (got.square().sum() + layer.aux_loss).backward()
+    eager_grad = x.grad.clone()
+    x.grad = None
+    want = layer(x)
+    (want.square().sum() + layer.aux_loss).backward()
+    assert torch.allclose(got, want, atol=1e-6) and torch.allclose(x.grad, eager_grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("d_ff", [32, 7], ids=["aligned", "unaligned"])
+def test_a_moe_layer_runs_on_the_meta_device_for_counting(d_ff):
+    from blockspec_activations.modules import SwiGLU
+    from blockspec_moe.modules import MixtureOfExperts
+
+    with torch.device("meta"):
+        layer = MixtureOfExperts(d_model=16, d_ff=d_ff, n_experts=4, top_k=2, renormalize=True,
+                                 activation=SwiGLU(), bias=True)
+        assert layer(torch.empty(2, 5, 16)).shape == (2, 5, 16)

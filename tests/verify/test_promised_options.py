@@ -112,4 +112,4 @@ def test_the_first_party_components_declare_what_the_kit_checks(registry) -> Non
     assert {"sliding_window", "logit_softcap", "qk_norm", "softmax_heads"} <= declared[("attention", "causal")]
     assert {"tie_option", "logit_softcap"} <= declared[("head", "lm")]
     assert "parallel" in declared[("block", "parallel")]
-    assert {"position_wise", "mixture", "aux_loss"} <= declared[("ffn", "moe")]
+    assert {"position_wise", "mixture", "aux_loss", "compiles"} <= declared[("ffn", "moe")]

@@ -70,4 +70,4 @@ def build_moe(config: MoEConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("ffn", "moe", MoEConfig, build_moe, promises=("position_wise", "mixture", "aux_loss"))
+    register("ffn", "moe", MoEConfig, build_moe, promises=("position_wise", "mixture", "aux_loss", "compiles"))

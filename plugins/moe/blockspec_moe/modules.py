@@ -1,4 +1,4 @@
-"""The mixture-of-experts FFN: route, group tokens by expert, one matmul pair per expert, combine."""
+"""The mixture-of-experts FFN: route, group tokens by expert, one grouped matmul up and one down, combine."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blockspec.plugin import FeedForward, tap
+from blockspec_moe.grouped import grouped_linear
 
 
 class SharedExperts(FeedForward):
@@ -119,12 +120,9 @@ class MixtureOfExperts(nn.Module):
         logits = self.router(flat)  # (T, E)
         tap(self, "router", logits.view(*shape[:-1], self.n_experts))
         weights, index, probs = self.routing(logits)  # (T, k), (T, k), (T, E)
-        if flat.is_meta:  # shapes only (blockspec show, counting on the meta device): grouping needs values
-            out, counts = torch.zeros_like(flat), None
-        else:
-            out, counts = self._dispatch(flat, weights, index)
+        out, counts = self._dispatch(flat, weights, index)
         out = tap(self, "experts", out.view(shape))  # (B, N, d): a stage in the stream's terms, as every other
-        train = self.training and counts is not None and flat.shape[0] > 0
+        train = self.training and flat.shape[0] > 0
         self.aux_loss = self.balancing_loss(probs, counts) if train else None
         if self.shared is not None:
             out = out + tap(self, "shared", self.shared(x))  # (B, N, d): position-wise, so no flattening
@@ -138,20 +136,20 @@ class MixtureOfExperts(nn.Module):
         return self.n_experts * (share * probs.mean(dim=0)).sum()
 
     def _dispatch(self, flat: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Group the T·k (token, expert) assignments by expert: one sort, one gather, one matmul pair per expert."""
+        """Group the T·k (token, expert) assignments by expert: one sort, one gather, one grouped matmul each
+        way. Every shape here is fixed by T, k and E, never by the routing, so the layer compiles whole."""
         assigned = index.reshape(-1)  # (T·k,)
-        order = assigned.argsort(stable=True)
-        counts = torch.bincount(assigned, minlength=self.n_experts)  # (E,)
+        experts, order = assigned.sort(stable=True)  # (T·k,) each: the assignments expert by expert
+        counts = assigned.new_zeros(self.n_experts).scatter_add_(0, assigned, torch.ones_like(assigned))  # (E,)
+        ends = counts.cumsum(0, dtype=torch.int32)  # (E,): where each expert's rows end
         tokens = order // self.top_k  # the token of each sorted assignment
         grouped = flat.index_select(0, tokens)  # (T·k, d), expert by expert
-        # unbind once: indexing the (E, ...) parameters per expert would give each expert's backward a full-size
-        # zero gradient to scatter into; unbind's backward stacks the E gradients in one copy
-        ups, downs = self.up.unbind(0), self.down.unbind(0)
-        up_biases = [None] * self.n_experts if self.up_bias is None else self.up_bias.unbind(0)
-        down_biases = [None] * self.n_experts if self.down_bias is None else self.down_bias.unbind(0)
-        outputs = [F.linear(self.act(F.linear(chunk, ups[e], up_biases[e])), downs[e], down_biases[e])
-                   for e, chunk in enumerate(grouped.split(counts.tolist())) if chunk.shape[0]]
-        y = torch.cat(outputs) if outputs else grouped
-        y = y * weights.reshape(-1)[order].unsqueeze(-1)
+        hidden = grouped_linear(grouped, self.up, ends)  # (T·k, k·d_ff)
+        if self.up_bias is not None:
+            hidden = hidden + self.up_bias.index_select(0, experts).to(hidden.dtype)
+        y = grouped_linear(self.act(hidden).contiguous(), self.down, ends)  # (T·k, d)
+        if self.down_bias is not None:
+            y = y + self.down_bias.index_select(0, experts).to(y.dtype)
+        y = y * weights.reshape(-1)[order].unsqueeze(-1).to(y.dtype)
         # under autocast the experts' outputs are bfloat16 while the residual stream stays float32
         return torch.zeros_like(flat).index_add_(0, tokens, y.to(flat.dtype)), counts  # (T, d)
