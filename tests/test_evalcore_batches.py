@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from blockspec.evaluate import windows as windows_module
 from blockspec.evaluate.windows import Window, batches, windows
 
 
@@ -67,10 +68,16 @@ def test_the_first_window_of_a_smaller_stride_masks_its_batch():
     assert [b.tokens for b in found] == [6 + 2, 2, 1]
 
 
-def test_the_batches_hold_no_more_than_a_piece_and_a_batch_of_windows():
-    """Constant memory: each batch is a copy of its rows, and what is held is bounded by a piece and a batch."""
-    piece, context, stride, size = 100, 16, 8, 4
-    pieces = (np.arange(start, start + piece) for start in range(0, 100_000, piece))
+def test_the_batches_hold_no_more_than_a_piece_and_a_run_of_windows():
+    """Constant memory: each batch is a view of a run of rows cut at once, of at most RUN_IDS ids (or one batch),
+    and what is held is bounded by a piece and a run."""
+    piece, context, stride, size = 100_000, 16, 8, 4
+    pieces = (np.arange(start, start + piece) for start in range(0, 1_000_000, piece))
+    bound = max(windows_module.RUN_IDS, size * (context + 1))
+    runs, last = 0, None
     for batch in batches(pieces, context=context, stride=stride, size=size):
-        assert batch.ids.base is None or batch.ids.base.size == batch.ids.size
+        run = batch.ids if batch.ids.base is None else batch.ids.base
+        assert run.size <= bound
         assert batch.ids.shape[0] <= size
+        runs, last = runs + (run is not last), run
+    assert runs > 1  # cut run by run, not all at once
