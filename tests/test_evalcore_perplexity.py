@@ -67,12 +67,36 @@ def test_the_head_in_pieces_scores_what_the_whole_logits_score(exported, tmp_pat
 
     monkeypatch.setitem(perplexity.PIECE_BYTES, "cpu", piece_bytes)
     monkeypatch.setitem(perplexity.PIECE_ROWS, "cpu", 1)
+    monkeypatch.setattr(perplexity, "head_promises", lambda model: frozenset({"lm"}))  # no logit_columns: pieces
     checkpoint, back = exported
     tokenizer = CharTokenizer.from_text(TEXT)
     (tmp_path / "held-out.txt").write_text(TEXT, encoding="utf-8")
     result = blockspec.evaluate_text(checkpoint, tmp_path / "held-out.txt", context=32, stride=32, batch_size=3,
                                      tokenizer=tokenizer, device="cpu")
     assert result.loss == pytest.approx(plain_loop_loss(back, tokenizer.encode(TEXT), 32, 32), abs=1e-5)
+
+
+@pytest.mark.parametrize("columns, rows", [(1, 4096), (7, 5), (64, 4096)])  # one token a slice, 7 (a partial
+def test_the_head_in_vocabulary_slices_scores_what_the_whole_logits_score(  # last) with 5 positions a time, all
+        exported, tmp_path, monkeypatch, columns, rows):
+    """A head that promises logit_columns is scored a slice of the vocabulary at a time: the plain loop's loss."""
+    import blockspec.evaluate.perplexity as perplexity
+
+    monkeypatch.setitem(perplexity.SLICE_BYTES, "cpu", 1)
+    monkeypatch.setattr(perplexity, "SLICE_COLUMNS", columns)
+    monkeypatch.setattr(perplexity, "SLICE_ROWS", rows)
+    calls = []
+    checkpoint, back = exported
+    model = blockspec.load(checkpoint)
+    assert "logit_columns" in perplexity.head_promises(model)
+    original = type(model.head).logit_columns
+    monkeypatch.setattr(type(model.head), "logit_columns", lambda *a: calls.append(a[2:]) or original(*a))
+    tokenizer = CharTokenizer.from_text(TEXT)
+    (tmp_path / "held-out.txt").write_text(TEXT, encoding="utf-8")
+    result = blockspec.evaluate_text(model, tmp_path / "held-out.txt", context=32, stride=8, batch_size=3,
+                                     tokenizer=tokenizer)
+    assert result.loss == pytest.approx(plain_loop_loss(back, tokenizer.encode(TEXT), 32, 8), abs=1e-5)
+    assert {end - begin for begin, end in calls} == ({columns} if 64 % columns == 0 else {columns, 64 % columns})
 
 
 def test_bits_per_byte_of_a_character_model_counts_multibyte_characters(exported, tmp_path):

@@ -210,7 +210,7 @@ def test_a_model_with_instance_declarations_copies_and_pickles(registry):
     text = BASE.replace('[head]\nuse = "lm"', '[head]\nuse = "lm"\ntied = false')
     assert text != BASE
     model = blockspec.build(blockspec.loads_spec(text, registry), registry=registry, seed=0)
-    assert model.head.init_roles == {"weight": "std"}  # declared on the instance: a plain nn.Linear
+    assert model.head.init_roles == {"weight": "std"}  # declared on the instance by build_lm
     twin = copy.deepcopy(model)
     assert twin.head.init_roles == {"weight": "std"} and torch.equal(twin.head.weight, model.head.weight)
     assert pickle.loads(pickle.dumps(model.head)).init_roles == {"weight": "std"}

@@ -343,8 +343,13 @@ def check_request(model: Transformer, ids: torch.Tensor, settings: GenerationSet
 
 def positionwise_head(model: Transformer) -> bool:
     """Whether the head may see the last position alone: an "lm" head, which the conformance kit checks."""
+    return "lm" in head_promises(model)
+
+
+def head_promises(model: Transformer) -> frozenset[str]:
+    """What the model's head component promises (nothing for a model built without provenance)."""
     head = getattr(model, "provenance", {}).get("head")
-    return head is not None and "lm" in head.promises
+    return frozenset() if head is None else frozenset(head.promises)
 
 
 @contextmanager

@@ -36,7 +36,7 @@ PROMISES = MappingProxyType(
                                  "declared_frequencies"}),
         "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms", "offset_init"}),
         "activation": frozenset({"elementwise", "gated"}),
-        "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap"}),
+        "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap", "logit_columns"}),
         "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm",
                                 "softmax_heads", "sinks"}),
         "block": frozenset({"residual", "causal", "parallel"}),
@@ -61,6 +61,7 @@ REQUIRES = MappingProxyType({
     ("positional", "declared_frequencies"): "rotary",
     ("attention", "sinks"): "causal",
     ("ffn", "aux_loss"): "mixture",
+    ("head", "logit_columns"): "lm",
 })
 
 # Promises about an option: the config fields whose values the promise gives a meaning (PROMISE_MEANINGS says
@@ -119,6 +120,9 @@ PROMISE_MEANINGS = MappingProxyType(
         ("head", "tie_option"): ("config field `tied` (bool): true, the output matrix is the token embedding's "
                                  "storage; false, the head holds its own"),
         ("head", "logit_softcap"): "config field `logit_softcap` c (None: off): no logit exceeds c in magnitude",
+        ("head", "logit_columns"): ("the module's logit_columns(x, begin, end) is forward(x)[..., begin:end] for "
+                                    "0 <= begin < end <= |V|: logits a slice of the vocabulary at a time, which "
+                                    "eval scores without holding every logit; needs 'lm'"),
         ("head", "classifier"): "(B, N, d) -> (B, C)",
         ("attention", "causal"): "output at position i depends on positions <= i only",
         ("attention", "sliding_window"): ("config field `sliding_window` w (None: off): the output at i ignores the "

@@ -34,17 +34,14 @@ class ClassifierConfig:
 
 
 def build_lm(config: LMHeadConfig, ctx: BuildContext):
-    from torch import nn
-
     from blockspec.plugin import declare_init
 
-    from .modules import CappedLMHead, TiedLMHead
+    from .modules import TiedLMHead, UntiedLMHead
 
     if config.tied:
         return TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap)
-    if config.logit_softcap is not None:
-        return CappedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
-    return declare_init(nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False), {"weight": "std"})
+    head = UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
+    return declare_init(head, {"weight": "std"})
 
 
 def build_classifier(config: ClassifierConfig, ctx: BuildContext):
@@ -55,5 +52,6 @@ def build_classifier(config: ClassifierConfig, ctx: BuildContext):
 
 @hookimpl
 def blockspec_register(register: Register) -> None:
-    register("head", "lm", LMHeadConfig, build_lm, promises=("lm", "tie_option", "logit_softcap", "compiles"))
+    register("head", "lm", LMHeadConfig, build_lm, promises=("lm", "tie_option", "logit_softcap", "logit_columns",
+                                                                "compiles"))
     register("head", "classifier", ClassifierConfig, build_classifier, promises=("classifier", "compiles"))

@@ -21,6 +21,10 @@ class TiedLMHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return softcap(_logits(x, self.weight), self.logit_softcap)  # (B, N, d) -> (B, N, |V|)
 
+    def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        """forward(x)[..., begin:end], computing those logits alone."""
+        return softcap(F.linear(x, self.weight[begin:end]), self.logit_softcap)  # (..., d) -> (..., end - begin)
+
 
 FEW_ROWS = 64  # decoding's rows: one position of each sequence of a batch
 
@@ -36,17 +40,25 @@ def _logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return (weight @ flat.T).T.reshape(*x.shape[:-1], weight.shape[0])  # (|V|, B·N) -> (B·N, |V|) -> (B, N, |V|)
 
 
-class CappedLMHead(nn.Linear):
-    """An untied head whose logits are soft-capped: cap·tanh(logits/cap). Its weight is named as nn.Linear's."""
+class UntiedLMHead(nn.Linear):
+    """An untied head, its logits soft-capped (cap·tanh(logits/cap)) when ``logit_softcap`` is set. Its weight
+    is named as nn.Linear's; its initialisation is declared by whoever builds it (``declare_init``)."""
 
-    init_roles: ClassVar[Mapping[str, str]] = {"weight": "std"}  # drawn by the spec's [init]
-
-    def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float) -> None:
+    def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float | None = None) -> None:
         super().__init__(d_model, vocab_size, bias=False)
         self.logit_softcap = logit_softcap
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return softcap(super().forward(x), self.logit_softcap)  # (B, N, |V|)
+
+    def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        """forward(x)[..., begin:end], computing those logits alone."""
+        bias = None if self.bias is None else self.bias[begin:end]
+        return softcap(F.linear(x, self.weight[begin:end], bias), self.logit_softcap)  # (..., end - begin)
+
+    def extra_repr(self) -> str:
+        cap = "" if self.logit_softcap is None else f", logit_softcap={self.logit_softcap:g}"
+        return super().extra_repr() + cap
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:

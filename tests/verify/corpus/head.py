@@ -6,7 +6,7 @@ import blockspec_heads
 import torch
 import torch.nn.functional as F
 from blockspec_heads import ClassifierConfig, LMHeadConfig
-from blockspec_heads.modules import CappedLMHead, Classifier, TiedLMHead, softcap
+from blockspec_heads.modules import Classifier, TiedLMHead, UntiedLMHead, softcap
 from torch import nn
 
 from blockspec.plugin import BuildContext
@@ -41,25 +41,34 @@ def lm_as(tied: type = TiedLMHead) -> object:
     def build(config: LMHeadConfig, ctx: BuildContext) -> nn.Module:
         if config.tied:
             return tied(ctx.embedding, logit_softcap=config.logit_softcap)
-        if config.logit_softcap is not None:
-            return CappedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
-        return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)
+        return UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
 
     return build
 
 
 def build_capped_untied(config: LMHeadConfig, ctx: BuildContext) -> nn.Module:
     if config.logit_softcap is not None:  # BUG: checked first, so a capped head is never tied
-        return CappedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
+        return UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
     if config.tied:
         return TiedLMHead(ctx.embedding)
-    return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)
+    return UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size)
 
 
 def build_uncapped_untied(config: LMHeadConfig, ctx: BuildContext) -> nn.Module:
     if config.tied:
         return TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap)
-    return nn.Linear(ctx.model.d_model, ctx.model.vocab_size, bias=False)  # BUG: the untied head drops the cap
+    return UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size)  # BUG: the untied head drops the cap
+
+
+class UncappedColumns(TiedLMHead):
+    def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        return F.linear(x, self.weight[begin:end])  # BUG: the slice's logits skip the soft cap forward applies
+
+
+class ColumnsFromOne(TiedLMHead):
+    def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+        logits = softcap(F.linear(x, self.weight), self.logit_softcap)  # (..., |V|)
+        return logits[..., begin + 1:end + 1]  # BUG: columns counted from 1, off by one token
 
 
 class FeatureMean(Classifier):
@@ -82,5 +91,9 @@ CORPUS.mutant("head", "lm_token_log_softmax", LMHeadConfig, lm_as(TokenLogSoftma
               bug="log-softmax over dim 1, the tokens, instead of the vocabulary")
 CORPUS.mutant("head", "lm_wide_logits", LMHeadConfig, lm_as(WideLogits), like=LM, catches=DTYPES,
               bug="half-precision input gives float32 logits")
+CORPUS.mutant("head", "lm_uncapped_columns", LMHeadConfig, lm_as(UncappedColumns), like=LM, catches="logit_columns",
+              bug="logit_columns leaves out the soft cap that forward applies")
+CORPUS.mutant("head", "lm_columns_from_one", LMHeadConfig, lm_as(ColumnsFromOne), like=LM, catches="logit_columns",
+              bug="logit_columns slices the vocabulary one token late")
 CORPUS.mutant("head", "classifier_feature_mean", ClassifierConfig, build_feature_mean, like=CLASSIFIER,
               catches="contract", bug="mean pooling over the features (dim -1) instead of the tokens")

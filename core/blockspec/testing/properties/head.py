@@ -89,6 +89,19 @@ def check_logit_softcap(component: Component, case: Case, device: str) -> None:
     assert worst <= cap * (1 + 1e-6), f"a logit of magnitude {worst:.6g} exceeds the cap {cap:g}"
 
 
+def check_logit_columns(component: Component, case: Case, device: str) -> None:
+    """logit_columns(x, begin, end) equals forward(x)[..., begin:end]: the whole vocabulary, its first and its
+    last token alone, and two slices that tile it at a drawn cut (float64, trained weights)."""
+    built, (x,), found = exercise(component, case, device)
+    vocab, logits = case.model.vocab_size, found["output"]
+    cut = 1 + case.start % max(vocab - 1, 1)  # 1 .. vocab - 1
+    slices = {(0, vocab), (0, 1), (vocab - 1, vocab), (0, min(cut, vocab)), (min(cut, vocab - 1), vocab)}
+    for begin, end in sorted(slices):
+        with torch.no_grad():
+            columns = built.module.logit_columns(x, begin, end)
+        assert_unchanged(columns, logits[..., begin:end], f"logit_columns(x, {begin}, {end}) against forward(x)")
+
+
 HEAD = (
     Property(name="contract", kind="head", check=check_contract,
              summary="lm: (B, N, |V|); classifier: (B, C); dtype and device kept"),
@@ -99,4 +112,7 @@ HEAD = (
              summary="tied (promised, or tie_option on) shares the embedding's storage; untied does not"),
     Property(name="logit_softcap", kind="head", promise="logit_softcap", check=check_logit_softcap,
              summary="with logit_softcap c: no logit exceeds c"),
+    Property(name="logit_columns", kind="head", promise="logit_columns", check=check_logit_columns,
+             weights="trained", dtypes=LEAK_DTYPES,
+             summary="logit_columns(x, begin, end) is forward(x)[..., begin:end]"),
 )
