@@ -56,6 +56,7 @@ OPTIONS = [
     ({"head": {"logit_softcap": 0.5}}, {"head": {}}),
     ({"head": {"logit_softcap": 0.5, "tied": True}}, {"head": {"tied": True}}),
     ({"positional": {"fraction": 0.5}}, {"positional": {"fraction": 1.0}}),
+    ({"head": {"bias": True}}, {"head": {"bias": False}}),  # the untied head's bias, filled by logits()
 ]
 
 
@@ -77,6 +78,35 @@ def test_offset_rmsnorm_equals_plain_rmsnorm_at_init_and_differs_once_trained(re
     with torch.no_grad():
         model.final_norm.weight.fill_(0.5)
         assert not torch.allclose(model(torch.arange(12)[None] % 23), plain)
+
+
+def test_offset_qk_norms_equal_plain_ones_at_init_and_differ_once_trained(registry):
+    """qk_norm_offset (Gemma 3): the q/k norms store w = 0 and scale by 1 + w, so a fresh model is the
+    plain qk-normed one, and moving w moves the logits."""
+    plain = logits(spec_of(attention={"qk_norm": "head"}, registry=registry), registry)
+    offset_spec = spec_of(attention={"qk_norm": "head", "qk_norm_offset": True}, registry=registry)
+    assert torch.allclose(logits(offset_spec, registry), plain, atol=1e-6)
+    model = blockspec.build(offset_spec, registry=registry, seed=0).eval()
+    attention = model.blocks[0].attn
+    assert torch.equal(attention.q_norm.weight, torch.zeros(4)) and torch.equal(attention.k_norm.weight, torch.zeros(4))
+    with torch.no_grad():
+        attention.k_norm.weight.fill_(0.5)
+        assert not torch.allclose(model(torch.arange(12)[None] % 23), plain)
+
+
+def test_the_offset_norm_is_transformers_gemma3_rmsnorm():
+    pytest.importorskip("transformers")
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    from blockspec.plugin import OffsetRMSNorm
+
+    ours, theirs = OffsetRMSNorm(8, eps=1e-6), Gemma3RMSNorm(8, eps=1e-6)
+    assert ours.weight.shape == theirs.weight.shape
+    with torch.no_grad():
+        theirs.weight.copy_(torch.randn(8, generator=torch.Generator().manual_seed(0)))
+        ours.weight.copy_(theirs.weight)
+        x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(1))
+        assert torch.allclose(ours(x), theirs(x), atol=1e-6, rtol=1e-6)
 
 
 def test_softcapped_logits_stay_below_the_cap(registry):
@@ -166,6 +196,8 @@ def test_existing_specs_dump_unchanged_and_new_fields_round_trip(registry):
     ({"attention": {"sliding_window": 0}}, "$.attention.sliding_window", "expected a positive integer"),
     ({"attention": {"logit_softcap": 0.0}}, "$.attention.logit_softcap", "expected a number > 0.0"),
     ({"positional": {"fraction": 1.5}}, "$.positional.fraction", "expected a number in [0.0, 1.0]"),
+    ({"attention": {"qk_norm_offset": True}}, "$.attention.qk_norm_offset",
+     'only with q/k norms, found qk_norm = "none"'),
 ])
 def test_bad_values_are_reported_at_their_key(fields, path, message, registry):
     with pytest.raises(blockspec.SpecError) as caught:
@@ -190,6 +222,8 @@ def test_head_dim_frees_n_heads_from_dividing_d_model(registry):
     ({"norm": {"offset": True}}, "offset"),
     ({"positional": {"fraction": 0.5}}, "fraction"),
     ({"head": {"logit_softcap": 30.0}}, "logit_softcap"),
+    ({"attention": {"qk_norm": "head", "qk_norm_offset": True}}, "qk_norm_offset"),
+    ({"head": {"bias": True}}, "[head] bias"),
 ])
 def test_each_family_refuses_an_option_or_exports_it_exactly(fields, reason, registry, tmp_path):
     """An export never drops an option: a family that cannot express it names it; one that accepts the spec

@@ -19,6 +19,7 @@ RELEASED = {
     "gemma-2-2b": 2_614_341_888,  # sandwich norms, head_dim 256, (1 + w) RMSNorm, alternating windows
     "olmo-2-1b": 1_484_916_736,  # output norm, qk-norm over all heads
     "mixtral-8x7b": 46_702_792_704,  # mixture of 8 experts, top 2
+    "phi-2": 2_779_683_840,  # parallel block with one norm, partial rotary, an output layer with a bias
 }
 
 

@@ -96,7 +96,9 @@ What is here:
 - Building blocks to reuse or subclass, the objects the core itself builds: ``FeedForward``
   (the dense FFN: ``up``, ``act``, ``down``), ``CausalSelfAttention`` (the built-in attention:
   fused qkv, GQA, SDPA; ``project``, ``attend``, ``scores`` and ``weights`` are its seams) and
-  ``causal_mask(n_q, n_k, device, dtype, window=None)`` (the additive mask, aligned bottom-right).
+  ``causal_mask(n_q, n_k, device, dtype, window=None)`` (the additive mask, aligned bottom-right),
+  ``OffsetRMSNorm`` (an RMSNorm scaling by 1 + weight, weight stored as 0: Gemma's; its class attribute
+  ``offset = True`` tells the kit so).
 
 Conventions the core relies on (by attribute, on any module of a built model):
 
@@ -130,7 +132,8 @@ Conventions the core relies on (by attribute, on any module of a built model):
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
 ``Start``, ``positions``, ``embed_at``, ``rotate_at``, ``score_bias_at``, ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
-``CausalSelfAttention``, ``causal_mask``, ``declare_init``, ``InitRole``, ``Adapter``, ``linear_like``) load on first use, so a
+``CausalSelfAttention``, ``causal_mask``, ``OffsetRMSNorm``, ``declare_init``, ``InitRole``, ``Adapter``,
+``linear_like``) load on first use, so a
 plugin that touches them only inside ``build`` (or in a module ``build`` imports) keeps
 ``blockspec list`` fast.
 """
@@ -153,6 +156,7 @@ if TYPE_CHECKING:
     from blockspec.modules.adapter import Adapter, linear_like
     from blockspec.modules.attention import CausalSelfAttention, causal_mask
     from blockspec.modules.feed_forward import FeedForward
+    from blockspec.modules.norms import OffsetRMSNorm
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
     from blockspec.modules.kv_cache import KVCache, LayerCache
     from blockspec.modules.positional import (PositionalEncoding, Start, embed_at, positions, rotate_at,
@@ -164,6 +168,7 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "CausalSelfAttention": "blockspec.modules.attention",
     "causal_mask": "blockspec.modules.attention",
     "FeedForward": "blockspec.modules.feed_forward",
+    "OffsetRMSNorm": "blockspec.modules.norms",
     "PositionalEncoding": "blockspec.modules.positional",
     "Start": "blockspec.modules.positional",
     "positions": "blockspec.modules.positional",
@@ -212,6 +217,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "ModelConfig",
+    "OffsetRMSNorm",
     "PositionalEncoding",
     "PostNormBlock",
     "PreNormBlock",

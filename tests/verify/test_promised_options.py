@@ -57,11 +57,17 @@ def _options() -> list[tuple[str, str, str]]:
     return [(kind, promise, field) for (kind, promise), fields in PROMISED_FIELDS.items() for field in fields]
 
 
+def _fields_of(kind: str, promise: str | None) -> tuple[str, ...]:
+    """The config fields a required promise reads (qk_norm_offset needs qk_norm, which reads `qk_norm`)."""
+    return PROMISED_FIELDS.get((kind, promise), ()) if promise else ()
+
+
 @pytest.mark.parametrize(("kind", "promise", "field"), _options())
 def test_a_field_named_like_an_option_switches_nothing_on(kind: str, promise: str, field: str) -> None:
     """The field alone, without the promise: no property of the kind applies because of it."""
-    config_cls = attrs.make_class(f"Has_{field}", {field: attrs.field(default=None)}, frozen=True)
     needed = REQUIRES.get((kind, promise))
+    config_cls = attrs.make_class(f"Has_{field}", {name: attrs.field(default=None)
+                                                   for name in (field, *_fields_of(kind, needed))}, frozen=True)
     bare = third_party(kind, "bare", config_cls, lambda config, ctx: None, (needed,) if needed else ())
     promised = attrs.evolve(bare, promises=bare.promises | {promise})
     switched = {p.name for p in PROPERTIES if p.concerns(bare) and p.applies(promised) and not p.applies(bare)}
@@ -84,11 +90,9 @@ def test_no_property_applies_by_a_component_name() -> None:
 
 @pytest.mark.parametrize(("kind", "promise"), sorted(PROMISED_FIELDS))
 def test_promising_an_option_without_its_field_is_refused_at_registration(kind: str, promise: str) -> None:
-    @frozen
-    class Nothing:
-        pass
-
     needed = REQUIRES.get((kind, promise))
+    Nothing = attrs.make_class("Nothing", {name: attrs.field(default=None) for name in _fields_of(kind, needed)},
+                               frozen=True)  # the fields of the promise it needs, if any: only its own lacking
     promises = frozenset({promise, needed} - {None})
     component = Component(kind=kind, name="lacking", config_cls=Nothing, build=lambda config, ctx: None,
                           distribution="acme", version="1.0", promises=promises)

@@ -11,6 +11,7 @@ from typing import Literal
 from attrs import field, frozen
 from attrs.validators import optional
 
+from blockspec.errors import FieldError
 from blockspec.spec.validators import OMIT_DEFAULT, greater_than, positive
 
 from blockspec.assembly.context import BuildContext, LayerParts
@@ -24,6 +25,7 @@ class CausalAttentionConfig:
     Every option is off by default (the plain attention):
     qk_norm: "head" RMS-normalises q and k over each head's head_dim (Qwen3, Gemma 3), "all" over all
     heads' width (OLMo 2), before rotation, with learned scales q_norm and k_norm (eps qk_norm_eps);
+    qk_norm_offset: those norms scale by (1 + w), w stored as 0 (Gemma 3's q/k norms);
     logit_softcap: scores -> cap·tanh(scores/cap) before the mask (Gemma 2), on an explicit softmax;
     sliding_window: each query attends to the last w positions, its own included (the KV cache too);
     query_scale: what q·kᵀ is multiplied by, instead of 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar**-0.5);
@@ -32,11 +34,17 @@ class CausalAttentionConfig:
 
     qk_norm: Literal["none", "head", "all"] = field(default="none", metadata=OMIT_DEFAULT)
     qk_norm_eps: float = field(default=1e-6, validator=greater_than(0.0), metadata=OMIT_DEFAULT)
+    qk_norm_offset: bool = field(default=False, metadata=OMIT_DEFAULT)
     logit_softcap: float | None = field(default=None, validator=optional(greater_than(0.0)))
     sliding_window: int | None = field(default=None, validator=optional(positive))
     query_scale: float | None = field(default=None, validator=optional(greater_than(0.0)))
     qkv_bias: bool | None = None
     out_bias: bool | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.qk_norm_offset and self.qk_norm == "none":
+            raise FieldError("qk_norm_offset", "only with q/k norms, found qk_norm = \"none\"; "
+                             "set qk_norm = \"head\" or \"all\"")
 
 
 def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
@@ -52,6 +60,7 @@ def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
         head_dim=model.head_dim,
         qk_norm=config.qk_norm,
         qk_norm_eps=config.qk_norm_eps,
+        qk_norm_offset=config.qk_norm_offset,
         logit_softcap=config.logit_softcap,
         sliding_window=config.sliding_window,
         query_scale=config.query_scale,
@@ -108,7 +117,8 @@ def _layer_of(ctx: BuildContext, what: str) -> LayerParts:
 @hookimpl
 def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention,
-             promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "softmax_heads", "compiles"))
+             promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "qk_norm_offset", "softmax_heads",
+                       "compiles"))
     register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise", "compiles"))
     register("block", "pre", PreConfig, build_pre, promises=("residual", "causal", "pre_norm", "compiles"))
     register("block", "post", PostConfig, build_post,

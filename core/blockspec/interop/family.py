@@ -86,6 +86,7 @@ class Expresses:
     attention_softcap: bool = False
     query_scale: bool = False  # a score scale other than 1/sqrt(head_dim)
     head_softcap: bool = False
+    head_bias: bool = False  # the output layer has a bias (Phi)
 
     def misfits(self, spec: ModelSpec) -> list[str]:
         """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
@@ -161,6 +162,8 @@ def _model_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     cap = getattr(spec.head.config, "logit_softcap", None)
     if cap is not None and not has.head_softcap:
         problems.append(f"[head] logit_softcap = {cap}: the family's logits are not capped")
+    if getattr(spec.head.config, "bias", False) and not has.head_bias:
+        problems.append("[head] bias = true: the family's output layer has no bias")
     return problems
 
 
@@ -210,6 +213,8 @@ def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
 
 
 def _qk_norm_misfits(attention: CausalAttentionConfig, kind: str, eps: float | None) -> list[str]:
+    if attention.qk_norm_offset:  # no exported family's q/k norms scale by 1 + w yet (Gemma 3's do)
+        return ["[attention] qk_norm_offset = true: the family's q/k norms scale by w"]
     if attention.qk_norm != kind:
         return [f"[attention] qk_norm = {attention.qk_norm!r}: the family has {QK_NORMS[kind]}"]
     if kind != "none" and attention.qk_norm_eps != eps:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blockspec.modules.kv_cache import LayerCache
+from blockspec.modules.norms import OffsetRMSNorm
 from blockspec.modules.positional import PositionalEncoding, Start, rotate_at, score_bias_at
 from blockspec.modules.taps import tap, tapping
 
@@ -61,13 +62,14 @@ class CausalSelfAttention(nn.Module):
     Options (each off by default, which is the plain attention): ``head_dim`` (each head's width,
     default d_model / n_heads; q projects to n_heads·head_dim and proj back to d_model);
     ``qk_norm`` ("head": RMSNorm over each head's head_dim; "all": over all heads' width) on q and k
-    before rotation, with learned scales ``q_norm`` and ``k_norm``; ``logit_softcap`` (scores ->
+    before rotation, with learned scales ``q_norm`` and ``k_norm`` (``qk_norm_offset``: scaling by 1 + w, w
+    stored as 0, Gemma 3's); ``logit_softcap`` (scores ->
     cap·tanh(scores/cap) before the mask, on an explicit softmax instead of SDPA);
     ``sliding_window`` (query i sees keys i-w+1..i); ``query_scale`` (the factor the scores are
     multiplied by, instead of 1/sqrt(head_dim)); ``qkv_bias`` and ``out_bias``.
     """
 
-    # what the spec's [init] draws (assembly/initialisation.py); q_norm and k_norm keep their ones
+    # what the spec's [init] draws (assembly/initialisation.py); q_norm and k_norm keep their ones (zeros: offset)
     init_roles: ClassVar[Mapping[str, str]] = {
         "qkv.weight": "std", "qkv.bias": "zero", "proj.weight": "residual", "proj.bias": "zero",
     }
@@ -83,6 +85,7 @@ class CausalSelfAttention(nn.Module):
         head_dim: int | None = None,
         qk_norm: str = "none",
         qk_norm_eps: float = 1e-6,
+        qk_norm_offset: bool = False,
         logit_softcap: float | None = None,
         sliding_window: int | None = None,
         query_scale: float | None = None,
@@ -102,9 +105,9 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"qk_norm: expected 'none', 'head' or 'all', found {qk_norm!r}")
         self.qk_norm = qk_norm
         if qk_norm != "none":
-            per_head = qk_norm == "head"
-            self.q_norm = nn.RMSNorm(self.head_dim if per_head else width, eps=qk_norm_eps)
-            self.k_norm = nn.RMSNorm(self.head_dim if per_head else kv_width, eps=qk_norm_eps)
+            per_head, norm = qk_norm == "head", OffsetRMSNorm if qk_norm_offset else nn.RMSNorm
+            self.q_norm = norm(self.head_dim if per_head else width, eps=qk_norm_eps)
+            self.k_norm = norm(self.head_dim if per_head else kv_width, eps=qk_norm_eps)
         self.logit_softcap = logit_softcap
         self.sliding_window = sliding_window
         self.query_scale = query_scale

@@ -37,7 +37,7 @@ PROMISES = MappingProxyType(
         "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms", "offset_init"}),
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap", "logit_columns"}),
-        "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm",
+        "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm", "qk_norm_offset",
                                 "softmax_heads", "sinks"}),
         "block": frozenset({"residual", "causal", "parallel"}),
         "ffn": frozenset({"position_wise", "mixture",
@@ -62,6 +62,7 @@ REQUIRES = MappingProxyType({
     ("attention", "sinks"): "causal",
     ("ffn", "aux_loss"): "mixture",
     ("head", "logit_columns"): "lm",
+    ("attention", "qk_norm_offset"): "qk_norm",
 })
 
 # Promises about an option: the config fields whose values the promise gives a meaning (PROMISE_MEANINGS says
@@ -78,6 +79,7 @@ PROMISED_FIELDS = MappingProxyType({
     ("attention", "sliding_window"): ("sliding_window",),
     ("attention", "logit_softcap"): ("logit_softcap",),
     ("attention", "qk_norm"): ("qk_norm",),
+    ("attention", "qk_norm_offset"): ("qk_norm_offset",),
     ("ffn", "mixture"): ("n_experts",),  # top_k: the module's, 1 (a Switch router) without one
 })
 
@@ -131,7 +133,11 @@ PROMISE_MEANINGS = MappingProxyType(
                                          "scores(q, k) exceeds c in magnitude"),
         ("attention", "qk_norm"): ("config field `qk_norm` (\"none\", \"head\", \"all\"): q and k from "
                                    "project() have root mean square 1 per head (\"head\") or per token over all "
-                                   "heads (\"all\"), divided by the learned scales q_norm.weight, k_norm.weight"),
+                                   "heads (\"all\"), divided by the learned scales q_norm.weight, k_norm.weight "
+                                   "(1 + weight for a norm whose class sets offset = True)"),
+        ("attention", "qk_norm_offset"): ("config field `qk_norm_offset` (bool): true, q_norm and k_norm store "
+                                          "w = 0 when freshly built and scale by 1 + w (Gemma 3); false, they "
+                                          "scale by w; needs 'qk_norm'"),
         ("attention", "softmax_heads"): ("forward(x, positional, start, cache), cached or not, is proj of each "
                                          "head's softmax(scores + mask)·v, with q, k, v from project(), scores "
                                          "= q·kᵀ times the module's scale (default 1/√head_dim), soft-capped, "

@@ -8,7 +8,7 @@ from attrs import field, frozen
 
 from attrs.validators import optional
 
-from blockspec.plugin import BuildContext, Register, greater_than, hookimpl, positive
+from blockspec.plugin import OMIT_DEFAULT, BuildContext, Register, greater_than, hookimpl, positive
 
 BLOCKSPEC_API = 1
 
@@ -18,10 +18,13 @@ class LMHeadConfig:
     """Language-model head: (B, N, d) -> logits (B, N, |V|); tied reuses the embedding matrix.
 
     logit_softcap: logits -> cap·tanh(logits/cap) (Gemma 2's final-logit softcap); None: not capped.
+    bias: a learned bias per token added to the logits, before the cap (Phi-1.5, Phi-2); its own vector
+    when tied.
     """
 
     tied: bool = True
     logit_softcap: float | None = field(default=None, validator=optional(greater_than(0.0)))
+    bias: bool = field(default=False, metadata=OMIT_DEFAULT)
 
 
 @frozen(kw_only=True)
@@ -38,10 +41,11 @@ def build_lm(config: LMHeadConfig, ctx: BuildContext):
 
     from .modules import TiedLMHead, UntiedLMHead
 
+    bias = {"bias": "zero"} if config.bias else {}
     if config.tied:
-        return TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap)
-    head = UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap)
-    return declare_init(head, {"weight": "std"})
+        return declare_init(TiedLMHead(ctx.embedding, logit_softcap=config.logit_softcap, bias=config.bias), bias)
+    head = UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap, bias=config.bias)
+    return declare_init(head, {"weight": "std", **bias})
 
 
 def build_classifier(config: ClassifierConfig, ctx: BuildContext):

@@ -13,17 +13,20 @@ from torch import nn
 class TiedLMHead(nn.Module):
     """Logits from the embedding matrix itself: the same Parameter, no copy (drawn as the token embedding)."""
 
-    def __init__(self, embedding: nn.Embedding, *, logit_softcap: float | None = None) -> None:
+    def __init__(self, embedding: nn.Embedding, *, logit_softcap: float | None = None, bias: bool = False) -> None:
         super().__init__()
         self.weight = embedding.weight  # shared storage with the token embedding
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings)) if bias else None  # (|V|,) its own
         self.logit_softcap = logit_softcap
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softcap(_logits(x, self.weight), self.logit_softcap)  # (B, N, d) -> (B, N, |V|)
+        logits = _logits(x, self.weight)  # (B, N, d) -> (B, N, |V|)
+        return softcap(logits if self.bias is None else logits + self.bias, self.logit_softcap)
 
     def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
         """forward(x)[..., begin:end], computing those logits alone."""
-        return softcap(F.linear(x, self.weight[begin:end]), self.logit_softcap)  # (..., d) -> (..., end - begin)
+        bias = None if self.bias is None else self.bias[begin:end]
+        return softcap(F.linear(x, self.weight[begin:end], bias), self.logit_softcap)  # (..., end - begin)
 
 
 FEW_ROWS = 64  # decoding's rows: one position of each sequence of a batch
@@ -44,8 +47,9 @@ class UntiedLMHead(nn.Linear):
     """An untied head, its logits soft-capped (cap·tanh(logits/cap)) when ``logit_softcap`` is set. Its weight
     is named as nn.Linear's; its initialisation is declared by whoever builds it (``declare_init``)."""
 
-    def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float | None = None) -> None:
-        super().__init__(d_model, vocab_size, bias=False)
+    def __init__(self, d_model: int, vocab_size: int, *, logit_softcap: float | None = None,
+                 bias: bool = False) -> None:
+        super().__init__(d_model, vocab_size, bias=bias)
         self.logit_softcap = logit_softcap
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ def attention_as(cls: type) -> object:
         m = ctx.model
         return cls(d_model=m.d_model, n_heads=m.n_heads, n_kv_heads=m.kv_heads, bias=m.bias, dropout=m.dropout,
                    head_dim=m.head_dim, qk_norm=config.qk_norm, qk_norm_eps=config.qk_norm_eps,
+                   qk_norm_offset=config.qk_norm_offset,
                    logit_softcap=config.logit_softcap, sliding_window=config.sliding_window,
                    query_scale=config.query_scale, qkv_bias=config.qkv_bias, out_bias=config.out_bias)
 
@@ -143,6 +144,24 @@ def _untransposed(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return norm(joined).view(batch, heads, n_tokens, head_dim)
 
 
+class OffsetStoredAsOne(CausalSelfAttention):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        if kwargs.get("qk_norm_offset"):
+            with torch.no_grad():
+                self.q_norm.weight.fill_(1.0)  # BUG: w of (1 + w) stored as 1, so the fresh scale is 2
+                self.k_norm.weight.fill_(1.0)
+
+
+def build_offset_ignored(config: CausalAttentionConfig, ctx: BuildContext) -> CausalSelfAttention:
+    m = ctx.model
+    return CausalSelfAttention(d_model=m.d_model, n_heads=m.n_heads, n_kv_heads=m.kv_heads, bias=m.bias,
+                               dropout=m.dropout, head_dim=m.head_dim, qk_norm=config.qk_norm,
+                               qk_norm_eps=config.qk_norm_eps,  # BUG: qk_norm_offset not passed on
+                               logit_softcap=config.logit_softcap, sliding_window=config.sliding_window,
+                               query_scale=config.query_scale, qkv_bias=config.qkv_bias, out_bias=config.out_bias)
+
+
 CORPUS.mutant("attention", "rotary_v", CausalAttentionConfig, attention_as(RotaryV),
               like=CAUSAL, catches=RELATIVE_ATTENTION, bug="the rotary encoder turns v as well as q and k")
 CORPUS.mutant("attention", "rotate_from_zero", CausalAttentionConfig, attention_as(RotateFromZero), like=CAUSAL,
@@ -155,6 +174,10 @@ CORPUS.mutant("attention", "cap_after_mask", CausalAttentionConfig, attention_as
               catches="causal", bug="logit_softcap applied after the mask: masked scores become -cap, not -inf")
 CORPUS.mutant("attention", "qk_norm_no_sqrt", CausalAttentionConfig, attention_as(QKNormNoSqrt), like=CAUSAL,
               catches="qk_norm", bug="per-head qk norm divides by the mean square, not its root")
+CORPUS.mutant("attention", "qk_norm_offset_ones", CausalAttentionConfig, attention_as(OffsetStoredAsOne),
+              like=CAUSAL, catches="qk_norm_offset", bug="the (1 + w) q/k norms store w = 1, doubling q and k")
+CORPUS.mutant("attention", "qk_norm_offset_ignored", CausalAttentionConfig, build_offset_ignored, like=CAUSAL,
+              catches="qk_norm_offset", bug="qk_norm_offset is not passed on: plain w-scaled q/k norms")
 CORPUS.mutant("attention", "qk_norm_no_transpose", CausalAttentionConfig, attention_as(QKNormNoTranspose),
               like=CAUSAL, catches="qk_norm", bug="the all-heads qk norm joins (B, h, N, hs) without the transpose")
 

@@ -71,6 +71,23 @@ class ColumnsFromOne(TiedLMHead):
         return logits[..., begin + 1:end + 1]  # BUG: columns counted from 1, off by one token
 
 
+class TiedWithoutBias(TiedLMHead):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return softcap(F.linear(x, self.weight), self.logit_softcap)  # BUG: [head] bias = true, but none is added
+
+
+def lm_with_bias(tied: type) -> object:
+    """build_lm, with ``tied`` for the tied head, passing [head] bias on."""
+
+    def build(config: LMHeadConfig, ctx: BuildContext) -> nn.Module:
+        if config.tied:
+            return tied(ctx.embedding, logit_softcap=config.logit_softcap, bias=config.bias)
+        return UntiedLMHead(ctx.model.d_model, ctx.model.vocab_size, logit_softcap=config.logit_softcap,
+                            bias=config.bias)
+
+    return build
+
+
 class FeatureMean(Classifier):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pooled = x[:, -1] if self.pooling == "last" else x.mean(dim=-1)  # BUG: the features' mean, not the tokens'
@@ -95,5 +112,7 @@ CORPUS.mutant("head", "lm_uncapped_columns", LMHeadConfig, lm_as(UncappedColumns
               bug="logit_columns leaves out the soft cap that forward applies")
 CORPUS.mutant("head", "lm_columns_from_one", LMHeadConfig, lm_as(ColumnsFromOne), like=LM, catches="logit_columns",
               bug="logit_columns slices the vocabulary one token late")
+CORPUS.mutant("head", "lm_tied_without_bias", LMHeadConfig, lm_with_bias(TiedWithoutBias), like=LM,
+              catches="logit_columns", bug="a tied head with [head] bias = true never adds its bias")
 CORPUS.mutant("head", "classifier_feature_mean", ClassifierConfig, build_feature_mean, like=CLASSIFIER,
               catches="contract", bug="mean pooling over the features (dim -1) instead of the tokens")

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from blockspec.modules.kv_cache import LayerCache
 from blockspec.modules.positional import PositionalEncoding
@@ -161,10 +162,35 @@ def check_qk_norm(component: Component, case: Case, device: str) -> None:
         t = t.double()
         if mode == "all":
             t = t.transpose(1, 2).flatten(2)  # (B, h, N, hs) -> (B, N, heads·hs)
-        rms = (t / norm.weight.double()).pow(2).mean(-1).sqrt()
+        rms = (t / _learned_scale(norm)).pow(2).mean(-1).sqrt()
         expected = _normalised_rms(seen.get(name), norm, rms.shape, t.dtype)
         assert_close(rms, expected, f"RMS of each {'token' if mode == 'all' else 'head'}'s {name} before the learned "
                      "scale, against rms(u)/√(rms(u)² + eps) of the norm's input u", atol=1e-4, rtol=0)
+
+
+def check_qk_norm_offset(component: Component, case: Case, device: str) -> None:
+    """With qk_norm_offset: q_norm and k_norm store w = 0 when freshly built and scale by 1 + w; without it,
+    they scale by w. Each norm is called on its own input with its weight moved to noise (float64)."""
+    _option(component, case, "qk_norm", "none")
+    offset = bool(promised_option(component, case, "qk_norm_offset"))
+    built, _, _ = exercise(component, case, device)
+    for name in ("q_norm", "k_norm"):
+        norm = getattr(built.module, name)
+        if offset and not bool((norm.weight == 0).all()):
+            raise AssertionError(f"qk_norm_offset = true, but the fresh {name}.weight is not 0 (the stored w of 1 + w)")
+        with torch.no_grad():
+            norm.weight.copy_(normal(case, *norm.weight.shape, offset=13, device=device))
+            u = normal(case, case.batch, case.tokens, norm.weight.shape[0], offset=17, device=device)
+            eps = getattr(norm, "eps", None)
+            expected = F.rms_norm(u, norm.weight.shape, eps=torch.finfo(u.dtype).eps if eps is None else eps)
+            expected = expected * (1 + norm.weight if offset else norm.weight)
+            assert_close(norm(u), expected, f"{name}(u) against rms_norm(u)·({'1 + w' if offset else 'w'}) "
+                         f"with qk_norm_offset = {str(offset).lower()}", atol=1e-10, rtol=1e-10)
+
+
+def _learned_scale(norm: torch.nn.Module) -> torch.Tensor:
+    """What the norm multiplies by: its weight, or 1 + weight for a norm whose class sets ``offset`` (Gemma's)."""
+    return norm.weight.double() + (1.0 if getattr(norm, "offset", False) else 0.0)
 
 
 @contextmanager
@@ -286,6 +312,9 @@ ATTENTION = (
              summary="with logit_softcap c: no score exceeds c"),
     Property(name="qk_norm", kind="attention", promise="qk_norm", check=check_qk_norm,
              summary="with qk_norm: q and k have unit RMS before the learned scale"),
+    Property(name="qk_norm_offset", kind="attention", promise="qk_norm_offset", check=check_qk_norm_offset,
+             weights="fresh", dtypes=LEAK_DTYPES,
+             summary="with qk_norm_offset: q/k norms store w = 0 and scale by 1 + w"),
     Property(name="softmax_heads", cases=sequence_cases, kind="attention", promise="softmax_heads",
              check=check_softmax_heads, share=0.6,
              summary="forward, cached and uncached == proj(softmax(capped, masked scores, sinks)·v) from project()"),
