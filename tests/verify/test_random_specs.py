@@ -49,7 +49,7 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
             if spec.norm.name == "layernorm" else m.d_model)
     head_config = spec.head.config
     if spec.head.name == "lm":
-        head = 0 if head_config.tied else m.vocab_size * m.d_model
+        head = (0 if head_config.tied else m.vocab_size * m.d_model) + (m.vocab_size if head_config.bias else 0)
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
     ffn = moe_parameters(spec) if spec.ffn.name == "moe" else None
