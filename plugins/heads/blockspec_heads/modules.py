@@ -25,8 +25,7 @@ class TiedLMHead(nn.Module):
 
     def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
         """forward(x)[..., begin:end], computing those logits alone."""
-        bias = None if self.bias is None else self.bias[begin:end]
-        return softcap(F.linear(x, self.weight[begin:end], bias), self.logit_softcap)  # (..., end - begin)
+        return column_logits(self, x, begin, end)
 
 
 FEW_ROWS = 64  # decoding's rows: one position of each sequence of a batch
@@ -57,12 +56,17 @@ class UntiedLMHead(nn.Linear):
 
     def logit_columns(self, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
         """forward(x)[..., begin:end], computing those logits alone."""
-        bias = None if self.bias is None else self.bias[begin:end]
-        return softcap(F.linear(x, self.weight[begin:end], bias), self.logit_softcap)  # (..., end - begin)
+        return column_logits(self, x, begin, end)
 
     def extra_repr(self) -> str:
         cap = "" if self.logit_softcap is None else f", logit_softcap={self.logit_softcap:g}"
         return super().extra_repr() + cap
+
+
+def column_logits(head: TiedLMHead | UntiedLMHead, x: torch.Tensor, begin: int, end: int) -> torch.Tensor:
+    """Either lm head's logits of tokens begin..end-1 alone: its weight and bias rows, then its cap."""
+    bias = None if head.bias is None else head.bias[begin:end]
+    return softcap(F.linear(x, head.weight[begin:end], bias), head.logit_softcap)  # (..., d) -> (..., end - begin)
 
 
 def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
