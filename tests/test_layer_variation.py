@@ -168,6 +168,38 @@ def test_a_checkpoint_with_a_varied_positional_loads_the_same_model(registry, tm
     assert again.block_positionals[5].base == 1e6
 
 
+NOPE_EVERY_FOURTH = """
+[[layers]]
+every = 4
+offset = 3           # layers 3, 7: no positional encoding at all (SmolLM3's NoPE layers)
+positional = { use = "none" }
+"""
+
+
+def test_rope_free_layers_build_no_encoder_and_decode_through_the_cache(registry, one_thread):
+    spec = spec_of(NOPE_EVERY_FOURTH, registry, n_layers=8)
+    model = blockspec.build(spec, registry=registry, seed=0).eval()
+    kinds = [type(p).__name__ for p in model.block_positionals]
+    assert kinds == ["RotaryPositions"] * 3 + ["NoPositions"] + ["RotaryPositions"] * 3 + ["NoPositions"]
+    assert model.provenance["layer_positional.3"].qualified_name == "blockspec-positional:none"
+    prompt = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    cached = generate(model, prompt, max_new_tokens=8, temperature=0.0)
+    assert torch.equal(cached, generate(model, prompt, max_new_tokens=8, temperature=0.0, use_cache=False))
+
+
+@pytest.mark.parametrize("use", ["none", "rope"])
+def test_a_model_without_positions_sees_the_earlier_tokens_as_a_set(registry, use):
+    """One NoPE layer: the last token's logits survive reversing the tokens before it; with RoPE they do not.
+    (With two layers they do not either: the first layer's outputs at earlier positions depend on the order.)"""
+    text = BASE.format(n_layers=1).replace('use = "rope"', f'use = "{use}"')
+    model = blockspec.build(blockspec.loads_spec(text, registry, file="spec.toml"), registry=registry, seed=0)
+    ids = torch.randint(0, 64, (1, 9), generator=torch.Generator().manual_seed(4))
+    reordered = torch.cat((ids[:, :-1].flip(1), ids[:, -1:]), dim=1)  # (1, N): tokens 0..N-2 reversed
+    with torch.no_grad():
+        last, again = model.double()(ids)[:, -1], model(reordered)[:, -1]
+    assert torch.allclose(last, again, atol=1e-12, rtol=0) == (use == "none")
+
+
 FIRST_DENSE = """
 [[layers]]
 from = 2             # layers 2..5

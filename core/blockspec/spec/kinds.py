@@ -33,7 +33,7 @@ PROMISES = MappingProxyType(
     {
         "positional": frozenset({"additive", "rotary", "norm_preserving", "score_bias", "relative", "unbounded",
                                  "partial_rotary", "rope_frequencies",
-                                 "declared_frequencies"}),
+                                 "declared_frequencies", "position_free"}),
         "norm": frozenset({"scale_invariant", "shift_invariant", "standardizes", "unit_rms", "offset_init"}),
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap", "logit_columns"}),
@@ -93,6 +93,8 @@ PROMISE_MEANINGS = MappingProxyType(
         ("positional", "score_bias"): "score_bias() adds to the attention scores",
         ("positional", "relative"): "what position p+k gets is a fixed function of what p gets, for every p",
         ("positional", "unbounded"): "max_positions is None: any position works",
+        ("positional", "position_free"): ("attention through the encoder sees the tokens before a query as a set: "
+                                          "permuting them leaves the query's output unchanged (NoPE)"),
         ("positional", "partial_rotary"): ("config field `fraction` (1: every feature): below 1, rotate() leaves each "
                                            "head's features past the module's rotary_dim unchanged; needs 'rotary'"),
         ("positional", "rope_frequencies"): ("the config is RoPE's: `base`, `layout` (\"half\" or \"interleaved\"), "

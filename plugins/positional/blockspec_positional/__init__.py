@@ -1,4 +1,4 @@
-"""blockspec-positional: learned, sinusoidal and rotary position encodings.
+"""blockspec-positional: learned, sinusoidal and rotary position encodings, and none (NoPE).
 
 Configs live here and stay torch-free so discovery is cheap; modules load on build.
 """
@@ -19,6 +19,11 @@ BLOCKSPEC_API = 1
 @frozen(kw_only=True)
 class LearnedConfig:
     """A trainable table of context_length position vectors, added to the embeddings."""
+
+
+@frozen(kw_only=True)
+class NoneConfig:
+    """No positions at all (NoPE): for [[layers]] that skip RoPE, as SmolLM3's every fourth layer does."""
 
 
 @frozen(kw_only=True)
@@ -109,6 +114,12 @@ def build_learned(config: LearnedConfig, ctx: BuildContext):
     return LearnedPositions(ctx.model.context_length, ctx.model.d_model)
 
 
+def build_none(config: NoneConfig, ctx: BuildContext):
+    from .none import NoPositions
+
+    return NoPositions()
+
+
 def build_sinusoidal(config: SinusoidalConfig, ctx: BuildContext):
     from .sinusoidal import SinusoidalPositions
 
@@ -130,6 +141,7 @@ def blockspec_register(register: Register) -> None:
     register("positional", "learned", LearnedConfig, build_learned, promises=("additive", "compiles"))
     register("positional", "sinusoidal", SinusoidalConfig, build_sinusoidal,
              promises=("additive", "relative", "unbounded", "compiles"))
+    register("positional", "none", NoneConfig, build_none, promises=("position_free", "unbounded", "compiles"))
     register("positional", "rope", RopeConfig, build_rope,
              promises=("rotary", "norm_preserving", "relative", "unbounded", "partial_rotary", "rope_frequencies",
                        "compiles"))

@@ -11,7 +11,7 @@ import torch
 from attrs import field, frozen
 from blockspec_extras import ALiBiConfig
 from blockspec_extras.alibi import ALiBi
-from blockspec_positional import LearnedConfig, RopeConfig, SinusoidalConfig
+from blockspec_positional import LearnedConfig, NoneConfig, RopeConfig, SinusoidalConfig
 from blockspec_positional.learned import LearnedPositions
 from blockspec_positional.rope import RotaryPositions, full_width, rotary_angles, turn
 from blockspec_positional.sinusoidal import SinusoidalPositions
@@ -25,6 +25,7 @@ ROPE = declared(blockspec_positional, "positional", "rope")
 SINUSOIDAL = declared(blockspec_positional, "positional", "sinusoidal")
 LEARNED = declared(blockspec_positional, "positional", "learned")
 ALIBI = declared(blockspec_extras, "positional", "alibi")
+NONE = declared(blockspec_positional, "positional", "none")
 
 
 # --- correct: xPos, rotary but not norm-preserving -------------------------------------------------
@@ -232,6 +233,29 @@ CORPUS.mutant("positional", "learned_one_based", LearnedConfig, learned_as(Learn
               catches="contract", bug="positions offset by one in a table of context_length rows")
 CORPUS.mutant("positional", "learned_no_limit", LearnedConfig, learned_as(LearnedNoLimit), like=LEARNED,
               catches="context_limit", bug="max_positions None on a bounded table: no ContextLengthError past it")
+
+
+# --- mutants of none (NoPE) ---------------------------------------------------------------------------------
+
+def none_as_huge_base_rope(config: NoneConfig, ctx: BuildContext) -> RotaryPositions:
+    return RotaryPositions(ctx.model.head_dim, ctx.model.context_length, base=1e12)  # BUG: pair 0 turns anyway
+
+
+def none_keeps_alibi(config: NoneConfig, ctx: BuildContext) -> ALiBi:
+    return ALiBi(ctx.model.n_heads)  # BUG: the layer template's ALiBi left in the RoPE-free layers
+
+
+def none_adds_sinusoids(config: NoneConfig, ctx: BuildContext) -> SinusoidalPositions:
+    return SinusoidalPositions(ctx.model.context_length, ctx.model.d_model)  # BUG: the model-wide encoder again
+
+
+CORPUS.mutant("positional", "none_as_huge_base_rope", NoneConfig, none_as_huge_base_rope, like=NONE,
+              catches="position_free", bug="NoPE as RoPE with base 1e12: the first feature pair still turns by "
+                                           "one radian per position")
+CORPUS.mutant("positional", "none_keeps_alibi", NoneConfig, none_keeps_alibi, like=NONE, catches="position_free",
+              bug="the RoPE-free layer keeps an ALiBi score bias")
+CORPUS.mutant("positional", "none_adds_sinusoids", NoneConfig, none_adds_sinusoids, like=NONE,
+              catches="position_free", bug="the RoPE-free layer adds the sinusoids to its input")
 
 
 # --- mutants of ALiBi and the bucketed bias ------------------------------------------------------------

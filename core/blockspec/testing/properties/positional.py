@@ -6,11 +6,14 @@ import attrs
 import torch
 
 from blockspec.errors import ContextLengthError
+from blockspec.modules.attention import CausalSelfAttention
+from blockspec.modules.positional import embed_at
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
 from blockspec.testing.errors import NotApplicable
 from blockspec.testing.harness import assume, build_isolated, clamp_start, exercise, normal
-from blockspec.testing.properties.base import Property, assert_close, assert_like, assert_shape, promised_option
+from blockspec.testing.properties.base import (Property, assert_close, assert_like, assert_shape, assert_unchanged,
+                                              promised_option)
 
 FLAGS = {"additive": "adds", "rotary": "rotates", "score_bias": "biases"}
 
@@ -191,6 +194,38 @@ def check_relative(component: Component, case: Case, device: str) -> None:
         check(component, case, device)
 
 
+def check_position_free(component: Component, case: Case, device: str) -> None:
+    """The core's causal attention, through the encoder (embed too, if it adds), gives the last token the same
+    output when the tokens before it come in reverse order (float64): no hook tells positions apart."""
+    assume(case.tokens >= 3, "fewer than two tokens before the last to reorder")
+    module = build_isolated(component, case, device=device).module.double()
+    start = clamp_start(module, case)
+    attention = _probe_attention(case, device)
+    x = normal(case, case.batch, case.tokens, case.model.d_model, offset=19, device=device).double()
+    reordered = torch.cat((x[:, :-1].flip(1), x[:, -1:]), dim=1)  # (B, N, d): tokens 0..N-2 reversed
+    with torch.no_grad():
+        outputs = [_attended(attention, module, inputs, start)[:, -1] for inputs in (x, reordered)]
+    assert_unchanged(outputs[1], outputs[0], f"the last token's attention output (positions from {start}) "
+                     "after reversing the tokens before it")
+
+
+def _probe_attention(case: Case, device: str) -> CausalSelfAttention:
+    """The core's causal attention at the case's sizes, seeded from the case, in float64."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seed)
+        model = case.model
+        attention = CausalSelfAttention(d_model=model.d_model, n_heads=model.n_heads, n_kv_heads=model.kv_heads,
+                                        bias=False, dropout=0.0, head_dim=model.head_dim)
+    return attention.to(device=device, dtype=torch.float64).eval()
+
+
+def _attended(attention: CausalSelfAttention, encoder: torch.nn.Module, x: torch.Tensor, start: int) -> torch.Tensor:
+    """x (B, N, d) with the encoder's additive signal, if any, then attention rotating or biasing by it."""
+    if getattr(encoder, "adds", False):
+        x = embed_at(encoder, x, start)
+    return attention(x, encoder, start)
+
+
 POSITIONAL = (
     Property(name="contract", kind="positional", check=check_contract,
              summary="flags match promises; embed/rotate/score_bias keep shapes, dtype, device"),
@@ -200,6 +235,8 @@ POSITIONAL = (
              summary="rotating q and k preserves their lengths (times attention_factor, if any)"),
     Property(name="partial_rotary", kind="positional", promise="partial_rotary", check=check_partial_rotary,
              summary="with fraction < 1: the features past rotary_dim pass unchanged"),
+    Property(name="position_free", kind="positional", promise="position_free", check=check_position_free,
+             summary="attention through it sees earlier tokens as a set: reordering them leaves the last output"),
     Property(name="context_limit", kind="positional", check=check_context_limit,
              summary="unbounded: works far past the context; otherwise ContextLengthError past max_positions"),
 )
