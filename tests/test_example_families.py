@@ -20,6 +20,7 @@ RELEASED = {
     "olmo-2-1b": 1_484_916_736,  # output norm, qk-norm over all heads
     "mixtral-8x7b": 46_702_792_704,  # mixture of 8 experts, top 2
     "phi-2": 2_779_683_840,  # parallel block with one norm, partial rotary, an output layer with a bias
+    "smollm3-3b": 3_075_098_624,  # every fourth layer RoPE-free (NoPE), GQA, tied
 }
 
 
@@ -34,3 +35,8 @@ def test_gemma_2_alternates_sliding_and_global_layers(registry):
     windows = [spec.layer(i).attention.config.sliding_window for i in range(spec.model.n_layers)]
     assert windows == [4096, None] * 13
     assert all(spec.layer(i).attention.config.logit_softcap == 50.0 for i in range(spec.model.n_layers))
+
+
+def test_smollm3_skips_rope_on_every_fourth_layer(registry):
+    spec = blockspec.load_spec(SPECS / "smollm3-3b.toml", registry)
+    assert [spec.layer(i).positional.name for i in range(8)] == ["rope"] * 3 + ["none"] + ["rope"] * 3 + ["none"]

@@ -46,6 +46,9 @@ EXAMPLES = {  # family name -> a small config.json of it
     "gpt_neox": {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 32,
                  "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 50,
                  "max_position_embeddings": 64, "rotary_pct": 0.5, "rotary_emb_base": 10000},
+    "phi": {"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 32, "intermediate_size": 48,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
+            "max_position_embeddings": 64, "partial_rotary_factor": 0.5},
     "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 32, "intermediate_size": 48,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
              "max_position_embeddings": 64, "sliding_window": 16, "partial_rotary_factor": 0.5,
@@ -53,6 +56,11 @@ EXAMPLES = {  # family name -> a small config.json of it
     "mixtral": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 32,
                 "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "vocab_size": 50, "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "smollm3": {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 32,
+                "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 50, "max_position_embeddings": 64, "no_rope_layer_interval": 2,
+                "use_sliding_window": True, "sliding_window": 16,  # layers 1 and 3: NoPE, and they slide
+                "pad_token_id": 0},  # the default pad id 128004 lies outside this vocabulary
 }
 NAMES = [family.name for family in FAMILIES]
 

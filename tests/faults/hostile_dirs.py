@@ -21,7 +21,7 @@ from blockspec.interop import export_hf
 from ..test_families import NAMES, spec_of
 
 CANARY = b"BLOCKSPEC-CANARY-5b1e9d-secret=hunter2"
-FAMILIES = NAMES  # the twelve, in FAMILIES' order
+FAMILIES = NAMES  # every family, in FAMILIES' order
 
 
 @cache

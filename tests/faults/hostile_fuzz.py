@@ -1,7 +1,7 @@
 """The hostile-directory fuzz of import-hf (issue 22's acceptance), run as its own process so its peak memory is
 its own: ``python -m tests.faults.hostile_fuzz --cases N --seed S`` prints one JSON report.
 
-Each case takes one of the twelve families' tiny exported directories and applies one to three mutations:
+Each case takes one of the families' tiny exported directories and applies one to three mutations:
 config fields (sizes at, past and far past their bounds, wrong types, deleted keys), config bytes, the weights'
 header and bytes, shards and their index, links (out of the directory to a planted secret, to
 /proc/self/environ, devices, dangling, chained, inside), FIFOs, directories and huge sparse files under a

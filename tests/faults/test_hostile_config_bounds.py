@@ -1,5 +1,5 @@
 """Bounds before allocation for configs (issue 22, item 6, the file half): every size a config.json gives is
-bounded where it is read, for each of the twelve families, so nothing is sized by an oversized one, and the
+bounded where it is read, for each family, so nothing is sized by an oversized one, and the
 refusal names the key the file gave (``$.num_hidden_layers``), not the spec field it would have set."""
 
 from __future__ import annotations

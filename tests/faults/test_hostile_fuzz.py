@@ -1,4 +1,4 @@
-"""The hostile-directory fuzz of import-hf over the twelve families (issue 22's acceptance): zero internal
+"""The hostile-directory fuzz of import-hf over every family (issue 22's acceptance): zero internal
 errors, zero secrets read, a refused import leaves the good checkpoint byte-identical, peak memory under 1 GiB.
 
 The fuzz runs in a child process (tests/faults/hostile_fuzz.py) so that its ru_maxrss is its own. Cases:

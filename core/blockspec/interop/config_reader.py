@@ -20,7 +20,7 @@ REQUIRED = object()  # the default of a key that must be given: absent is a prob
 
 # The largest value each size key may hold (its older names too; a list: its length), checked as the key is
 # read, so nothing is ever sized by a larger one (a per-layer list, the model on the meta device, a table of
-# positions), and a refusal names the key the file gave. Far above every published model of the twelve families
+# positions), and a refusal names the key the file gave. Far above every published model of the families
 # (Llama 3.1 405B: 126 layers, width 16,384, 128 heads; Gemma 3: 262,144 tokens; Qwen2.5-1M: 1,010,000
 # positions). Positions are held tightest: a rotary or sinusoidal table holds context_length rows as soon as the
 # model is built, which no weights file bounds (2^24 positions: 4 GiB for a 32-wide toy).

@@ -60,6 +60,7 @@ BIAS_PATTERNS: dict[str, tuple[Callable[[bool, bool, bool], bool], str]] = {  # 
     "qkv_only": (lambda qkv, out, ffn: qkv and not (out or ffn), "biases on q, k and v only"),
 }
 BLOCK_NAMES = {"parallel": "'parallel' (two norms)"}  # how a misfit names a block layout, when not by its name
+SHARED_BLOCK_NAMES = {"parallel": "'parallel' with shared_norm (one norm)"}  # ... in a family with one norm (Phi)
 FFNS = {"dense": ("blockspec", "'dense'"), "moe": ("blockspec-moe", "blockspec-moe's 'moe'")}  # distribution, name
 QK_NORMS = {"none": "no q/k norm", "head": "q/k norms over each head ('head')",
             "all": "q/k norms over all heads' width ('all')"}
@@ -75,8 +76,10 @@ class Expresses:
     biases: BiasPattern = "none"  # which of qkv, out and the MLP have biases, and which agree
     positional: Literal["rope", "learned"] = "rope"
     blocks: tuple[str, ...] = ("pre",)  # block layouts: the core's pre, blockspec-blocks' others
+    shared_norm: bool = False  # the parallel block's one norm feeds both sublayers (Phi): it must, or must not
     ffn: Literal["dense", "moe"] = "dense"
-    windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows
+    windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows (and NoPE below)
+    nope_layers: bool = False  # [[layers]] may also skip RoPE (positional 'none'): SmolLM3's NoPE layers
     qk_norm: Literal["none", "head", "all"] = "none"  # what every layer has (with the norms' eps)
     head_dim: bool = False  # a [model] head_dim other than d_model / n_heads
     grouped_kv: bool = True  # fewer kv heads than query heads
@@ -91,14 +94,14 @@ class Expresses:
     def misfits(self, spec: ModelSpec) -> list[str]:
         """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
         return (_component_misfits(spec, self) + _model_misfits(spec, self) + _attention_misfits(spec, self)
-                + _layer_misfits(spec, self.windows))
+                + _layer_misfits(spec, self.windows, self.nope_layers))
 
 
 def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     problems = [f"{kind} is {getattr(spec, kind).name!r}, expected {name!r}"
                 for kind, name in (("head", "lm"), ("attention", "causal"), ("positional", has.positional))
                 if getattr(spec, kind).name != name]
-    problems += _block_misfits(spec.block, has.blocks) + _ffn_misfits(spec.ffn, has.ffn)
+    problems += _block_misfits(spec.block, has.blocks, has.shared_norm) + _ffn_misfits(spec.ffn, has.ffn)
     problems += _norm_misfits(spec.norm, has.norm) + _activation_misfits(spec.activation, has.activations)
     if not spec.model.has_final_norm:
         problems.append("[model] final_norm = false: the family's stack ends with a norm")
@@ -108,12 +111,15 @@ def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     return problems
 
 
-def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...]) -> list[str]:
+def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...], shared_norm: bool = False) -> list[str]:
     shared = getattr(block.config, "shared_norm", False)
-    if block.name in layouts and block.distribution in (None, "blockspec", "blockspec-blocks") and not shared:
+    known = block.distribution in (None, "blockspec", "blockspec-blocks")
+    if block.name in layouts and known and shared == shared_norm:
         return []
-    return [f"block is {block.use!r}{' with shared_norm' if shared else ''}, expected "
-            + either(BLOCK_NAMES.get(name, repr(name)) for name in layouts)]
+    unshared = shared_norm and block.name == "parallel"
+    found = " with shared_norm" if shared else " without shared_norm" if unshared else ""
+    names = SHARED_BLOCK_NAMES if shared_norm else BLOCK_NAMES
+    return [f"block is {block.use!r}{found}, expected " + either(names.get(name, repr(name)) for name in layouts)]
 
 
 def _ffn_misfits(ffn: ComponentSpec, kind: str) -> list[str]:
@@ -209,6 +215,8 @@ def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     scale = attention.query_scale
     if scale is not None and not has.query_scale and not math.isclose(scale, spec.model.head_dim**-0.5):
         problems.append(f"[attention] query_scale = {scale}: the family scales scores by 1/sqrt(head_dim)")
+    if attention.sinks:  # no exported family has attention sinks yet (gpt-oss does)
+        problems.append("[attention] sinks = true: the family's attention has no sink logits")
     return problems
 
 
@@ -223,12 +231,15 @@ def _qk_norm_misfits(attention: CausalAttentionConfig, kind: str, eps: float | N
     return []
 
 
-def _layer_misfits(spec: ModelSpec, policy: WindowPolicy) -> list[str]:
-    """Layers may differ in their attention's window alone, and only as the family's config.json can say."""
-    varied = varied_layer(spec)
+def _layer_misfits(spec: ModelSpec, policy: WindowPolicy, nope_layers: bool = False) -> list[str]:
+    """Layers may differ in their attention's window alone (and, in a family with NoPE layers, in skipping
+    RoPE), and only as the family's config.json can say."""
+    varied = varied_layer(spec, nope_layers)
     if varied is not None:
-        return [f"[[layers]]: layer {varied} differs from the model-wide tables beyond its attention's "
-                "sliding_window: the family configures every layer alike"]
+        beyond = "sliding_window and a positional 'none' (NoPE)" if nope_layers else "sliding_window"
+        alike = "the rest of every layer" if nope_layers else "every layer"
+        return [f"[[layers]]: layer {varied} differs from the model-wide tables beyond its attention's {beyond}: "
+                f"the family configures {alike} alike"]
     found = windows_of(spec)
     widths = sorted({w for w in found if w is not None})
     if policy == "none" and widths:
@@ -247,13 +258,29 @@ def windows_of(spec: ModelSpec) -> list[int | None]:
     return [getattr(spec.layer(i).attention.config, "sliding_window", None) for i in range(spec.model.n_layers)]
 
 
-def varied_layer(spec: ModelSpec) -> int | None:
-    """The first layer that differs from the model-wide tables in more than its attention's window."""
+def rope_free(positional: ComponentSpec) -> bool:
+    """Whether a layer's positional is blockspec-positional's 'none': a NoPE layer, which rotates nothing."""
+    return positional.name == "none" and positional.distribution in (None, "blockspec-positional")
+
+
+def rope_free_layers(spec: ModelSpec) -> list[int]:
+    """The layers whose positional is 'none' (NoPE)."""
+    return [i for i in range(spec.model.n_layers) if rope_free(spec.layer(i).positional)]
+
+
+def varied_layer(spec: ModelSpec, nope_layers: bool = False) -> int | None:
+    """The first layer that differs from the model-wide tables in more than its attention's window (and, with
+    ``nope_layers``, than a positional 'none')."""
     if not spec.layers:
         return None
     model_wide = _windowless(LayerSpec(block=spec.block, attention=spec.attention, ffn=spec.ffn, norm=spec.norm,
                                        activation=spec.activation, positional=spec.positional))
-    return next((i for i in range(spec.model.n_layers) if _windowless(spec.layer(i)) != model_wide), None)
+
+    def compared(layer: LayerSpec) -> LayerSpec:
+        roped = evolve(layer, positional=spec.positional) if nope_layers and rope_free(layer.positional) else layer
+        return _windowless(roped)
+
+    return next((i for i in range(spec.model.n_layers) if compared(spec.layer(i)) != model_wide), None)
 
 
 def _windowless(layer: LayerSpec) -> LayerSpec:
