@@ -9,9 +9,12 @@ down-project. Training adds ``aux_loss_coef`` times the Switch/Mixtral load-bala
 
 from __future__ import annotations
 
+from typing import Literal
+
 from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, Register, at_least, hookimpl, in_range, positive
+from blockspec.plugin import (OMIT_DEFAULT, BuildContext, FieldError, Register, at_least, greater_than, hookimpl,
+                              in_range, positive)
 
 BLOCKSPEC_API = 1
 
@@ -32,6 +35,12 @@ class MoEConfig:
     shared_gate: sigmoid(gate(x)) scales the shared experts' output (Qwen2-MoE).
     expert_d_ff: each expert's hidden width; none: the spec's d_ff.
     aux_loss_coef: training adds this times the load-balancing loss.
+
+    DeepSeek V3's routing, each off by default: scoring "sigmoid" (each expert's score on its own, not a
+    softmax over them); n_group groups of experts, a token choosing among its topk_group best groups (scored
+    by their two best experts); routed_scaling multiplies the chosen weights; correction_bias, a per-expert
+    bias added to the scores for the choice only, which balance_rate moves after each training step towards
+    an even load (aux-loss-free balancing; DeepSeek V3: 0.001). router_bias: the router has a bias (gpt-oss).
     """
 
     n_experts: int = field(default=4, validator=positive)
@@ -41,10 +50,41 @@ class MoEConfig:
     shared_gate: bool = False
     expert_d_ff: int | None = field(default=None, validator=positive)
     aux_loss_coef: float = field(default=0.01, validator=at_least(0.0))
+    scoring: Literal["softmax", "sigmoid"] = field(default="softmax", metadata=OMIT_DEFAULT)
+    n_group: int = field(default=1, validator=positive, metadata=OMIT_DEFAULT)
+    topk_group: int = field(default=1, validator=positive, metadata=OMIT_DEFAULT)
+    routed_scaling: float = field(default=1.0, validator=greater_than(0.0), metadata=OMIT_DEFAULT)
+    correction_bias: bool = field(default=False, metadata=OMIT_DEFAULT)
+    balance_rate: float = field(default=0.0, validator=at_least(0.0), metadata=OMIT_DEFAULT)
+    router_bias: bool = field(default=False, metadata=OMIT_DEFAULT)
+
+    def __attrs_post_init__(self) -> None:
+        errors = grouping_errors(self)
+        if errors:
+            raise errors[0]
+
+
+def grouping_errors(config: MoEConfig) -> list[FieldError]:
+    """What the group-limited routing cannot do, each at its own key (topk_group > n_group, uneven groups, fewer
+    experts in the kept groups than top_k), and a balance_rate with no correction bias to move."""
+    errors = []
+    if config.topk_group > config.n_group:
+        errors.append(FieldError("topk_group", f"expected at most n_group = {config.n_group}, found "
+                                               f"{config.topk_group}"))
+    elif config.n_experts % config.n_group:
+        errors.append(FieldError("n_group", f"expected a divisor of n_experts = {config.n_experts}, found "
+                                            f"{config.n_group}"))
+    elif config.top_k > (reachable := config.topk_group * (config.n_experts // config.n_group)):
+        errors.append(FieldError("top_k", f"expected at most the {reachable} experts of topk_group = "
+                                          f"{config.topk_group} groups, found {config.top_k}"))
+    if config.balance_rate and not config.correction_bias:
+        errors.append(FieldError("balance_rate", "moves the correction bias: set correction_bias = true, or "
+                                                 "balance_rate = 0"))
+    return errors
 
 
 def build_moe(config: MoEConfig, ctx: BuildContext):
-    from blockspec_moe.modules import MixtureOfExperts
+    from blockspec_moe.modules import MixtureOfExperts, RoutingRule
 
     if ctx.layer is None:
         raise TypeError("ffn:moe is built per layer: its BuildContext needs a layer factory (ctx.layer)")
@@ -65,6 +105,10 @@ def build_moe(config: MoEConfig, ctx: BuildContext):
         shared_gate=config.shared_gate and shared,
         aux_loss_coef=config.aux_loss_coef,
         n_layers=model.n_layers,
+        rule=RoutingRule(scoring=config.scoring, n_group=config.n_group, topk_group=config.topk_group,
+                         routed_scaling=config.routed_scaling, correction=config.correction_bias,
+                         balance_rate=config.balance_rate),
+        router_bias=config.router_bias,
     )
 
 

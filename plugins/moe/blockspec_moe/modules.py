@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -31,13 +31,30 @@ class SharedExperts(FeedForward):
         return y if self.gate is None else torch.sigmoid(self.gate(x)) * y
 
 
+class RoutingRule(NamedTuple):
+    """How the router's logits choose and weigh experts beyond top-k of a softmax (DeepSeek V3's defaults
+    differ from Mixtral's in each): ``scoring`` "softmax" or "sigmoid"; the experts split into ``n_group``
+    groups, a token choosing among the ``topk_group`` groups whose two best scores sum highest; the chosen
+    weights times ``routed_scaling``; ``correction`` (E,) added to the scores for the choice only, moved by
+    ``balance_rate`` after each training step towards an even load (aux-loss-free balancing)."""
+
+    scoring: Literal["softmax", "sigmoid"] = "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling: float = 1.0
+    correction: bool = False
+    balance_rate: float = 0.0
+
+
 class MixtureOfExperts(nn.Module):
     """Top-k routed experts (and shared ones) in place of the dense FFN: (B, N, d) -> (B, N, d).
 
     Weights, in Hugging Face Mixtral's layout: ``router.weight`` (E, d) (Mixtral's ``gate``),
     ``up`` (E, k·d_ff, d) (Mixtral's w1 then w3: gate half first, as the gated activations split),
     ``down`` (E, d, d_ff) (w2), with k = 2 for a gated activation and 1 otherwise; ``up_bias``
-    (E, k·d_ff) and ``down_bias`` (E, d) when the spec has biases.
+    (E, k·d_ff) and ``down_bias`` (E, d) when the spec has biases; ``router.bias`` (E,) with ``router_bias``
+    (gpt-oss); the buffer ``correction`` (E,) with a ``RoutingRule`` that has one (DeepSeek V3's
+    e_score_correction_bias).
 
     After each forward in training mode ``aux_loss`` holds the load-balancing loss
     E·Σ_e f_e·P_e (f_e: the share of routed assignments that went to expert e, P_e: the mean
@@ -46,13 +63,15 @@ class MixtureOfExperts(nn.Module):
 
     # drawn by the spec's [init] as the dense FFN's linears are (the shared experts declare their own)
     init_roles: ClassVar[Mapping[str, str]] = {
-        "router.weight": "std", "up": "std", "up_bias": "zero", "down": "residual", "down_bias": "zero",
+        "router.weight": "std", "router.bias": "zero", "up": "std", "up_bias": "zero", "down": "residual",
+        "down_bias": "zero",
     }
 
     def __init__(self, *, d_model: int, d_ff: int, n_experts: int, top_k: int, renormalize: bool,
                  activation: nn.Module, bias: bool, n_shared_experts: int = 0,
                  shared_activation: nn.Module | None = None, shared_gate: bool = False,
-                 aux_loss_coef: float = 0.0, n_layers: int = 1) -> None:
+                 aux_loss_coef: float = 0.0, n_layers: int = 1, rule: RoutingRule = RoutingRule(),
+                 router_bias: bool = False) -> None:
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"top_k={top_k} must be between 1 and n_experts={n_experts}")
@@ -60,7 +79,10 @@ class MixtureOfExperts(nn.Module):
         self.d_ff, self.aux_loss_coef = d_ff, aux_loss_coef
         self.aux_loss: torch.Tensor | None = None
         width = 2 * d_ff if getattr(activation, "gated", False) else d_ff
-        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.router = nn.Linear(d_model, n_experts, bias=router_bias)
+        self.scoring, self.n_group, self.topk_group = rule.scoring, rule.n_group, rule.topk_group
+        self.routed_scaling, self.balance_rate = rule.routed_scaling, rule.balance_rate
+        self.register_buffer("correction", torch.zeros(n_experts) if rule.correction else None)
         self.act = activation
         # GPT-2's initialisation, for a module built outside a spec; under one, [init] draws them (init_roles)
         self.up = nn.Parameter(torch.empty(n_experts, width, d_model))
@@ -97,12 +119,38 @@ class MixtureOfExperts(nn.Module):
         return f"n_experts={self.n_experts}, top_k={self.top_k}, renormalize={self.renormalize}, d_ff={self.d_ff}"
 
     def routing(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Router logits (T, E) -> weights (T, k) in the logits' dtype, expert ids (T, k), probabilities (T, E)."""
-        probs = torch.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-        weights, index = torch.topk(probs, self.top_k, dim=-1)
+        """Router logits (T, E) -> weights (T, k) in the logits' dtype, expert ids (T, k), probabilities (T, E)
+        (sigmoid scores: each token's scores over their sum, for the balancing loss)."""
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        scores = torch.sigmoid(wide) if self.scoring == "sigmoid" else torch.softmax(wide, dim=-1)
+        choice = scores if self.correction is None else scores + self.correction.to(scores.dtype)
+        index = torch.topk(self._within_groups(choice), self.top_k, dim=-1).indices  # (T, k)
+        weights = scores.gather(-1, index)  # (T, k): the scores themselves, never the corrected ones
         if self.renormalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
+        if self.routed_scaling != 1.0:
+            weights = weights * self.routed_scaling
+        probs = scores / scores.sum(dim=-1, keepdim=True) if self.scoring == "sigmoid" else scores
         return weights.to(logits.dtype), index, probs
+
+    def _within_groups(self, choice: torch.Tensor) -> torch.Tensor:
+        """choice (T, E) with every expert outside the token's topk_group best groups at -inf; a group's score
+        is the sum of its two best experts' (DeepSeek V3). One group: unchanged."""
+        if self.n_group == 1:
+            return choice
+        grouped = choice.view(choice.shape[0], self.n_group, -1)  # (T, G, E/G)
+        best = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(dim=-1)  # (T, G)
+        kept = torch.zeros_like(best, dtype=torch.bool).scatter_(1, best.topk(self.topk_group, dim=-1).indices, True)
+        return grouped.masked_fill(~kept[..., None], float("-inf")).view_as(choice)  # (T, G, E/G) -> (T, E)
+
+    def rebalance(self, counts: torch.Tensor) -> None:
+        """Aux-loss-free balancing (DeepSeek V3): each expert's correction moves by balance_rate, up when it got
+        fewer assignments than the mean, down when more; no gradient is involved."""
+        if self.correction is None or self.balance_rate == 0.0:
+            return
+        with torch.no_grad():
+            load = counts.to(self.correction.dtype)
+            self.correction.add_(self.balance_rate * torch.sign(load.mean() - load))
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert ``e`` alone on tokens (T, d) -> (T, d)."""
@@ -124,6 +172,8 @@ class MixtureOfExperts(nn.Module):
         out = tap(self, "experts", out.view(shape))  # (B, N, d): a stage in the stream's terms, as every other
         train = self.training and flat.shape[0] > 0
         self.aux_loss = self.balancing_loss(probs, counts) if train else None
+        if train:
+            self.rebalance(counts)
         if self.shared is not None:
             out = out + tap(self, "shared", self.shared(x))  # (B, N, d): position-wise, so no flattening
         return out

@@ -6,7 +6,7 @@ import blockspec_moe
 import torch
 from attrs import field, frozen
 from blockspec_moe import MoEConfig
-from blockspec_moe.modules import MixtureOfExperts
+from blockspec_moe.modules import MixtureOfExperts, RoutingRule
 
 from blockspec.assembly import builtin
 from blockspec.assembly.builtin import DenseFFNConfig
@@ -31,7 +31,10 @@ def moe_as(cls: type) -> object:
                    n_shared_experts=config.n_shared_experts,
                    shared_activation=ctx.layer.activation("shared.act") if shared else None,
                    shared_gate=config.shared_gate and shared, aux_loss_coef=config.aux_loss_coef,
-                   n_layers=ctx.model.n_layers)
+                   n_layers=ctx.model.n_layers, router_bias=config.router_bias,
+                   rule=RoutingRule(scoring=config.scoring, n_group=config.n_group, topk_group=config.topk_group,
+                                    routed_scaling=config.routed_scaling, correction=config.correction_bias,
+                                    balance_rate=config.balance_rate))
 
     return build
 
@@ -91,6 +94,37 @@ class GatherModulo(MixtureOfExperts):
         return torch.zeros_like(flat).index_add_(0, tokens, y), counts  # (T, d)
 
 
+def scored(module: MixtureOfExperts, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scores (T, E), softmax or sigmoid as the module says, and the corrected ones the choice reads."""
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    scores = torch.sigmoid(wide) if module.scoring == "sigmoid" else torch.softmax(wide, dim=-1)
+    return scores, scores if module.correction is None else scores + module.correction.to(scores.dtype)
+
+
+class CorrectedWeights(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        scores, choice = scored(self, logits)
+        index = torch.topk(self._within_groups(choice), self.top_k, dim=-1).indices
+        weights = choice.gather(-1, index)  # BUG: the weights read the corrected scores, which only choose
+        weights = weights / weights.sum(dim=-1, keepdim=True) if self.renormalize else weights
+        return (weights * self.routed_scaling).to(logits.dtype), index, scores
+
+
+class ScaledThenRenormalised(MixtureOfExperts):
+    def routing(self, logits: torch.Tensor) -> Routing:
+        scores, choice = scored(self, logits)
+        index = torch.topk(self._within_groups(choice), self.top_k, dim=-1).indices
+        weights = scores.gather(-1, index) * self.routed_scaling
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)  # BUG: the renormalisation undoes the scaling
+        return weights.to(logits.dtype), index, scores
+
+
+CORPUS.mutant("ffn", "moe_corrected_weights", MoEConfig, moe_as(CorrectedWeights), like=MOE,
+              catches="mixture_routing",
+              bug="the weights read the bias-corrected scores, which DeepSeek V3 uses for the choice alone")
+CORPUS.mutant("ffn", "moe_scaled_then_renormalised", MoEConfig, moe_as(ScaledThenRenormalised), like=MOE,
+              catches="mixture_routing", bug="routed_scaling applied before the renormalisation, which undoes it")
 CORPUS.mutant("ffn", "moe_unnormalised", MoEConfig, moe_as(Unnormalised), like=MOE, catches="mixture_routing",
               bug="renormalize = true is ignored: the top-k weights do not sum to 1")
 CORPUS.mutant("ffn", "moe_token_softmax", MoEConfig, moe_as(TokenSoftmax), like=MOE, catches="mixture_routing",

@@ -37,7 +37,9 @@ def check_position_wise(component: Component, case: Case, device: str) -> None:
 # shared). The experts are either ``experts``, a sequence of E modules each computing one expert on
 # (T, d) tokens, or stacked tensors in Hugging Face Mixtral's layout: ``up`` (E, k·d_ff, d), ``down``
 # (E, d, d_ff), ``up_bias`` (E, k·d_ff) / ``down_bias`` (E, d) or None, with the activation ``act``.
-# Its config has ``n_experts`` (and ``top_k`` when it routes to more than one).
+# Its config has ``n_experts`` (and ``top_k`` when it routes to more than one). DeepSeek V3's routing, each
+# absent: Mixtral's: ``scoring`` ("softmax" or "sigmoid"), ``n_group`` / ``topk_group`` (1: no groups),
+# ``routed_scaling`` (1), ``correction`` (an (E,) tensor added to the scores for the choice only; None).
 EXPERT_TENSORS = ("up", "down", "up_bias", "down_bias")
 
 
@@ -73,12 +75,29 @@ def dense_expert(module: nn.Module, e: int) -> nn.Module:
 
 
 def naive_routing(module: nn.Module, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token's router logits (E,) -> its top-k weights and expert ids, by the definition."""
-    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-    weights, index = torch.topk(probs, top_k(module))
+    """One token's router logits (E,) -> its top-k weights and expert ids, by the definition: scores (softmax or
+    each expert's sigmoid), the choice among the experts of the best groups by the corrected scores, the
+    weights the chosen scores themselves, renormalised and scaled as the module says."""
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    scores = torch.sigmoid(wide) if getattr(module, "scoring", "softmax") == "sigmoid" else torch.softmax(wide, -1)
+    correction = getattr(module, "correction", None)
+    choice = scores if correction is None else scores + correction.to(scores.dtype)
+    allowed = _in_best_groups(module, choice)
+    index = torch.tensor(sorted(allowed, key=lambda e: float(choice[e]), reverse=True)[:top_k(module)])
+    weights = scores[index]
     if getattr(module, "renormalize", False):
         weights = weights / weights.sum()
-    return weights.to(logits.dtype), index
+    return (weights * float(getattr(module, "routed_scaling", 1.0))).to(logits.dtype), index
+
+
+def _in_best_groups(module: nn.Module, choice: torch.Tensor) -> list[int]:
+    """The experts of the token's topk_group groups whose two best corrected scores sum highest (all experts
+    when the module has no groups)."""
+    n_group = int(getattr(module, "n_group", 1))
+    size = choice.shape[0] // n_group
+    groups = [list(range(g * size, (g + 1) * size)) for g in range(n_group)]
+    best = sorted(groups, key=lambda g: sum(sorted((float(choice[e]) for e in g), reverse=True)[:2]), reverse=True)
+    return [e for group in best[:int(getattr(module, "topk_group", 1))] for e in group]
 
 
 def naive_mixture(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -105,7 +124,8 @@ def check_mixture_sum(component: Component, case: Case, device: str) -> None:
 
 
 def check_mixture_routing(component: Component, case: Case, device: str) -> None:
-    """``routing`` picks the top-k softmax probabilities; renormalised, they sum to 1."""
+    """``routing`` picks the top-k scores (among the best groups, by the corrected scores); renormalised, they
+    sum to 1 (times routed_scaling)."""
     built, (x,), _ = exercise(component, case, device)
     module = built.module
     with torch.no_grad():
@@ -115,23 +135,34 @@ def check_mixture_routing(component: Component, case: Case, device: str) -> None
             expected, chosen = naive_routing(module, logits[t])
             assert_close(weights[t], expected, f"token {t}'s routing weights", atol=1e-6, rtol=1e-5)
             if set(index[t].tolist()) != set(chosen.tolist()):
-                raise AssertionError(f"token {t}: routed to experts {index[t].tolist()}, the top-k are {chosen.tolist()}")
+                raise AssertionError(f"token {t}: routed to experts {index[t].tolist()}, the top-k are "
+                                     f"{chosen.tolist()}")
         if getattr(module, "renormalize", False):
-            assert_close(weights.sum(-1), torch.ones_like(weights[:, 0]), "renormalised weights' sums",
-                         atol=1e-5, rtol=1e-5)
+            scale = float(getattr(module, "routed_scaling", 1.0))
+            assert_close(weights.sum(-1), torch.full_like(weights[:, 0], scale), "renormalised weights' sums "
+                         f"(times routed_scaling {scale:g})", atol=1e-5, rtol=1e-5)
 
 
 def single_expert(case: Case) -> Case:
-    """The case with one expert (and top_k 1, where the config has a top_k)."""
+    """The case with one expert (and top_k 1, where the config has a top_k); a config that refuses one expert
+    (its experts in groups) is no example."""
     changes = {"n_experts": 1, **({"top_k": 1} if hasattr(case.config, "top_k") else {})}
-    return attrs.evolve(case, config=attrs.evolve(case.config, **changes))
+    try:
+        config = attrs.evolve(case.config, **changes)
+    except (ValueError, TypeError) as refused:  # FieldError is a ValueError
+        assume(False, f"the config refuses a single expert: {refused}")
+    return attrs.evolve(case, config=config)
 
 
 def check_mixture_single_expert(component: Component, case: Case, device: str) -> None:
-    """With one expert (and top_k 1), the mixture is that expert on its own (plus the shared part)."""
+    """With one expert (and top_k 1), the mixture is that expert on its own times its routing weight (1 for a
+    softmax or renormalised one, before routed_scaling), plus the shared part."""
     built, (x,), found = exercise(component, single_expert(case), device)
+    module = built.module
     with torch.no_grad():
-        expected = dense_expert(built.module, 0)(x) + shared_output(built.module, x)
+        logits = module.router(x.reshape(-1, x.shape[-1]))  # (T, 1)
+        weight = torch.stack([naive_routing(module, row)[0] for row in logits]).view(*x.shape[:-1], 1)  # (B, N, 1)
+        expected = weight * dense_expert(module, 0)(x) + shared_output(module, x)
     assert_close(found["output"], expected, "one expert against that expert alone", atol=1e-5, rtol=1e-5)
 
 
@@ -145,21 +176,30 @@ def permute_experts(module: nn.Module, perm: torch.Tensor) -> None:
         if hasattr(module, "experts"):
             module.experts = nn.ModuleList([module.experts[int(e)] for e in perm])
             return
-        for name in EXPERT_TENSORS:
+        for name in (*EXPERT_TENSORS, "correction"):
             tensor = getattr(module, name, None)
             if tensor is not None:
                 tensor.copy_(tensor[perm])
 
 
 def check_mixture_permutation(component: Component, case: Case, device: str) -> None:
-    """Permuting the experts together with the router's rows changes nothing."""
+    """Permuting the experts together with the router's rows (and correction) changes nothing: any permutation
+    without groups; with n_group groups, the groups' order and the experts' order within each group."""
     built, (x,), found = exercise(component, case, device)
     permuted = copy.deepcopy(built.module)
-    perm = torch.randperm(permuted.router.weight.shape[0], generator=generator(case, 7)).to(device)
+    perm = group_permutation(permuted.router.weight.shape[0], int(getattr(permuted, "n_group", 1)), case).to(device)
     permute_experts(permuted, perm)
     with torch.no_grad():
         output = permuted(x)
     assert_close(output, found["output"], f"output with the experts permuted by {perm.tolist()}", atol=1e-5, rtol=1e-5)
+
+
+def group_permutation(n_experts: int, n_group: int, case: Case) -> torch.Tensor:
+    """A random permutation of n_experts that keeps each group of n_experts / n_group together: groups
+    shuffled as blocks, experts shuffled within each."""
+    size, draw = n_experts // n_group, generator(case, 7)
+    groups = torch.randperm(n_group, generator=draw)
+    return torch.cat([g * size + torch.randperm(size, generator=draw) for g in groups.tolist()])  # (E,)
 
 
 def check_aux_loss(component: Component, case: Case, device: str) -> None:
