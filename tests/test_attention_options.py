@@ -57,6 +57,7 @@ OPTIONS = [
     ({"head": {"logit_softcap": 0.5, "tied": True}}, {"head": {"tied": True}}),
     ({"positional": {"fraction": 0.5}}, {"positional": {"fraction": 1.0}}),
     ({"head": {"bias": True}}, {"head": {"bias": False}}),  # the untied head's bias, filled by logits()
+    ({"attention": {"sinks": True}}, {"attention": {"sinks": False}}),  # zero sinks still take a share
 ]
 
 
@@ -115,7 +116,8 @@ def test_softcapped_logits_stay_below_the_cap(registry):
 
 
 @pytest.mark.parametrize("attention", [{"sliding_window": 3}, {"logit_softcap": 0.3},
-                                       {"sliding_window": 2, "logit_softcap": 1.0, "qk_norm": "all"}])
+                                       {"sliding_window": 2, "logit_softcap": 1.0, "qk_norm": "all"},
+                                       {"sinks": True, "sliding_window": 3}, {"sinks": True, "logit_softcap": 1.0}])
 def test_cached_decoding_equals_uncached(attention, registry):
     model = blockspec.build(spec_of(attention=attention, model={"head_dim": 6}, registry=registry),
                             registry=registry, seed=1).eval()
@@ -168,6 +170,8 @@ def test_parameter_counts_are_exact(registry):
     assert qk_all - plain == layers * (h + kv) * (d // h)
     no_out = count_parameters(spec_of(attention={"out_bias": False}, registry=registry), registry).exact
     assert plain - no_out == layers * d
+    sinks = count_parameters(spec_of(attention={"sinks": True}, registry=registry), registry).exact
+    assert sinks - plain == layers * h
     assert count_parameters(spec_of(norm={"offset": True}, head={"logit_softcap": 30.0},
                                      attention={"logit_softcap": 50.0, "sliding_window": 4, "query_scale": 0.1},
                                      positional={"fraction": 0.5}, model={"embedding_scale": "sqrt_d"},
@@ -178,10 +182,10 @@ def test_parameter_counts_are_exact(registry):
 def test_existing_specs_dump_unchanged_and_new_fields_round_trip(registry):
     plain = spec_of(attention={}, registry=registry)
     text = blockspec.dump_spec(plain)
-    for field in ("qk_norm", "fraction", "offset", "logit_softcap", "head_dim", "embedding_scale", "window"):
+    for field in ("qk_norm", "fraction", "offset", "logit_softcap", "head_dim", "embedding_scale", "window", "sinks"):
         assert field not in text
     chosen = spec_of(attention={"qk_norm": "all", "logit_softcap": 5.0, "sliding_window": 4, "query_scale": 0.5,
-                                "qkv_bias": True, "out_bias": False},
+                                "qkv_bias": True, "out_bias": False, "sinks": True},
                      model={"head_dim": 8, "embedding_scale": "sqrt_d"}, norm={"offset": True},
                      positional={"fraction": 0.25}, head={"logit_softcap": 30.0}, registry=registry)
     assert blockspec.loads_spec(blockspec.dump_spec(chosen), registry) == chosen
@@ -224,6 +228,7 @@ def test_head_dim_frees_n_heads_from_dividing_d_model(registry):
     ({"head": {"logit_softcap": 30.0}}, "logit_softcap"),
     ({"attention": {"qk_norm": "head", "qk_norm_offset": True}}, "qk_norm_offset"),
     ({"head": {"bias": True}}, "[head] bias"),
+    ({"attention": {"sinks": True}}, "sinks"),
 ])
 def test_each_family_refuses_an_option_or_exports_it_exactly(fields, reason, registry, tmp_path):
     """An export never drops an option: a family that cannot express it names it; one that accepts the spec
@@ -248,3 +253,26 @@ def test_each_family_refuses_an_option_or_exports_it_exactly(fields, reason, reg
             expected, found = model(ids), hf_model(ids).logits
         assert type(hf_model).__name__ == architecture
         assert (found - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item()), family.name
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_sinks_give_transformers_gpt_oss_attention(window):
+    """The sink as SDPA's extra zero key gives what gpt-oss's eager attention (a sink column, dropped) gives."""
+    pytest.importorskip("transformers")
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    from blockspec.modules.attention import CausalSelfAttention, causal_mask
+    from blockspec.modules.positional import PositionalEncoding
+
+    torch.manual_seed(0)
+    attention = CausalSelfAttention(d_model=16, n_heads=4, n_kv_heads=2, bias=False, dropout=0.0, sinks=True,
+                                    sliding_window=window).double().eval()
+    with torch.no_grad():
+        attention.sinks.normal_(0.0, 2.0)
+        x = torch.randn(2, 9, 16, dtype=torch.float64)
+        q, k, v = attention.project(x, PositionalEncoding())
+        ours = attention.attend(q, k, v, None)  # (B, h, N, hs)
+        attention.num_key_value_groups = 2  # what transformers' function reads from its module
+        mask = causal_mask(9, 9, x.device, x.dtype, window=window)
+        theirs = eager_attention_forward(attention, q, k, v, mask, scaling=attention.scale)[0]  # (B, N, h, hs)
+    assert torch.allclose(ours, theirs.transpose(1, 2), atol=1e-12, rtol=1e-10)

@@ -72,3 +72,38 @@ def test_report_marks_a_ragged_batch_under_3x_as_missed():
                          "slow": {"generation": {"ragged": {**ragged, "speedup": 2.9, "speedup_paired": 3.1}}}}}
     fast, slow = report.ragged_rows(results)
     assert "8.80 (paired 8.20) ok (>= 3.00)" in fast and "2.90 (paired 3.10) MISS (>= 3.00)" in slow
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_the_sinks_benchmark_times_the_same_function_as_gpt_oss_attention(window):
+    """benchmarks/sinks.py times blockspec's sink attention against gpt-oss's on the same weights and RoPE."""
+    pytest.importorskip("transformers")
+    from benchmarks.sinks import build_pair, hf_runner
+
+    ours, positions, hf, rotary = build_pair(window)
+    x = torch.randn(2, 12, 256, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, positions), hf_runner(hf, rotary, x, window)(x), atol=1e-5, rtol=1e-4)
+        assert not torch.allclose(ours(x, positions), hf_runner(hf, rotary, x, window)(x * 1.01), atol=1e-5)
+
+
+def test_the_mla_benchmark_times_the_same_function_as_deepseek_v3_attention():
+    """benchmarks/mla.py times blockspec-attention's mla against DeepseekV3Attention on the same weights."""
+    pytest.importorskip("transformers")
+    from benchmarks.mla import build_pair, hf_runner
+
+    ours, rope, hf, rotary = build_pair()
+    x = torch.randn(2, 12, 256, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, rope), hf_runner(hf, rotary, x)(x), atol=1e-5, rtol=1e-4)
+
+
+def test_the_moe_benchmark_times_the_same_function_as_deepseek_v3_moe():
+    """benchmarks/moe.py's DeepSeek pair: the same routing (groups, correction, scaling) and experts."""
+    pytest.importorskip("transformers")
+    from benchmarks.moe import build_pair, hf_output
+
+    ours, hf = build_pair(None, peer="deepseek")
+    x = torch.randn(2, 12, 128, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), hf_output(hf, x), atol=1e-5, rtol=1e-4)

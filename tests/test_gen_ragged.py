@@ -95,6 +95,7 @@ KINDS: dict[str, dict] = {  # name -> the spec's tables beyond [model]
     "rowwise": {"positional": {"use": "rowwise"}},  # no tensor_positions: the row-by-row fallback
     "window": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sliding_window": 3}},
     "softcap": {"positional": {"use": "alibi"}, "attention": {"use": "causal", "logit_softcap": 2.0}},
+    "sinks": {"positional": {"use": "alibi"}, "attention": {"use": "causal", "sinks": True}},
     "moe": {"positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 4, "top_k": 2}},
     "parallel": {"positional": {"use": "sinusoidal"}, "block": {"use": "parallel"}},  # a plugin's block, unchanged
 }

@@ -32,6 +32,7 @@ KINDS: dict[str, dict] = {  # name -> the spec's tables beyond [model]; every on
     "rope": {"positional": {"use": "rope"}},
     "window": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sliding_window": 3}},
     "softcap": {"positional": {"use": "learned"}, "attention": {"use": "causal", "logit_softcap": 2.0}},
+    "sinks": {"positional": {"use": "rope"}, "attention": {"use": "causal", "sinks": True, "sliding_window": 3}},
     "dynamic": {"positional": {"use": "rope", "scaling": "dynamic", "factor": 2.0}},
     "moe": {"positional": {"use": "rope"}, "ffn": {"use": "moe", "n_experts": 4, "top_k": 2}},
 }

@@ -72,6 +72,9 @@ What is here:
   j <= i + n_k - n_q), which a cached call of more than one token needs too. A ragged (left-padded)
   batch: rotate and bias at ``cache.positions(start)`` (through ``rotate_at``/``score_bias_at``), and hide
   what ``cache.key_mask(start, N)`` (B, 1, N, n_k) bool marks False (None: nothing to hide).
+  An attention that caches something else (latent attention: the compressed latent, no values) declares
+  a ``cache_layout`` (``CacheLayout(kv_heads, key_width, value_width)``): ``KVCache.for_model`` sizes its
+  layer's cache by it, and ``update`` takes and returns tensors of that layout.
   docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
 - Initialisation: the spec's ``[init]`` draws only the parameters a module declares in
   ``init_roles``, a mapping from a parameter's dotted name below the module to its role; every
@@ -114,7 +117,9 @@ Conventions the core relies on (by attribute, on any module of a built model):
   ids (T, k), the softmax probabilities (T, E) (what an aux loss reads); the weights are the top-k
   probabilities, renormalised to sum to 1 when ``renormalize`` is true. ``top_k``: experts per
   token (absent: 1, a Switch router, with no config field needed); ``renormalize`` (absent: false);
-  ``shared_output(x)``: what always-applied experts add (absent: nothing). The experts are either
+  ``shared_output(x)``: what always-applied experts add (absent: nothing); DeepSeek V3's ``scoring``
+  ("softmax", or "sigmoid"), ``n_group``/``topk_group``, ``correction`` (E,) for the choice only and
+  ``routed_scaling`` (each absent: Mixtral's routing). The experts are either
   ``experts``, an ``nn.ModuleList`` of E modules each mapping tokens (T, d) -> (T, d), or stacked
   tensors in Hugging Face Mixtral's layout with the activation ``act``: ``up`` (E, k·d_ff, d)
   (k = 2 for a gated activation, gate half first), ``down`` (E, d, d_ff), ``up_bias`` (E, k·d_ff)
@@ -131,7 +136,8 @@ Conventions the core relies on (by attribute, on any module of a built model):
   as active. blockspec-moe's ``ffn:moe`` implements it.
 
 Importing this module loads no torch. The torch-backed names (``PositionalEncoding``,
-``Start``, ``positions``, ``embed_at``, ``rotate_at``, ``score_bias_at``, ``Activation``, ``KVCache``, ``LayerCache``, ``tap``, ``tapping``, ``FeedForward``,
+``Start``, ``positions``, ``embed_at``, ``rotate_at``, ``score_bias_at``, ``Activation``, ``KVCache``, ``LayerCache``,
+``CacheLayout``, ``tap``, ``tapping``, ``FeedForward``,
 ``CausalSelfAttention``, ``causal_mask``, ``OffsetRMSNorm``, ``declare_init``, ``InitRole``, ``Adapter``,
 ``linear_like``) load on first use, so a
 plugin that touches them only inside ``build`` (or in a module ``build`` imports) keeps
@@ -158,7 +164,7 @@ if TYPE_CHECKING:
     from blockspec.modules.feed_forward import FeedForward
     from blockspec.modules.norms import OffsetRMSNorm
     from blockspec.modules.blocks import PostNormBlock, PreNormBlock, attend
-    from blockspec.modules.kv_cache import KVCache, LayerCache
+    from blockspec.modules.kv_cache import CacheLayout, KVCache, LayerCache
     from blockspec.modules.positional import (PositionalEncoding, Start, embed_at, positions, rotate_at,
                                               score_bias_at)
     from blockspec.modules.taps import tap, tapping
@@ -177,6 +183,7 @@ _TORCH_NAMES = {  # name -> the internal module that defines it; imported on fir
     "score_bias_at": "blockspec.modules.positional",
     "KVCache": "blockspec.modules.kv_cache",
     "LayerCache": "blockspec.modules.kv_cache",
+    "CacheLayout": "blockspec.modules.kv_cache",
     "tap": "blockspec.modules.taps",
     "attend": "blockspec.modules.blocks",
     "PreNormBlock": "blockspec.modules.blocks",
@@ -207,6 +214,7 @@ __all__ = [
     "Adapter",
     "Build",
     "BuildContext",
+    "CacheLayout",
     "CausalSelfAttention",
     "Config",
     "LayerParts",

@@ -62,13 +62,20 @@ def _fields_of(kind: str, promise: str | None) -> tuple[str, ...]:
     return PROMISED_FIELDS.get((kind, promise), ()) if promise else ()
 
 
+def _required(kind: str, promise: str) -> tuple[str, ...]:
+    """The promises ``promise`` builds on, transitively (sink_option needs sinks, which needs causal)."""
+    needed = REQUIRES.get((kind, promise))
+    return (needed, *_required(kind, needed)) if needed else ()
+
+
 @pytest.mark.parametrize(("kind", "promise", "field"), _options())
 def test_a_field_named_like_an_option_switches_nothing_on(kind: str, promise: str, field: str) -> None:
     """The field alone, without the promise: no property of the kind applies because of it."""
-    needed = REQUIRES.get((kind, promise))
+    needed = _required(kind, promise)
+    fields = [name for p in needed for name in _fields_of(kind, p)]
     config_cls = attrs.make_class(f"Has_{field}", {name: attrs.field(default=None)
-                                                   for name in (field, *_fields_of(kind, needed))}, frozen=True)
-    bare = third_party(kind, "bare", config_cls, lambda config, ctx: None, (needed,) if needed else ())
+                                                   for name in dict.fromkeys((field, *fields))}, frozen=True)
+    bare = third_party(kind, "bare", config_cls, lambda config, ctx: None, needed)
     promised = attrs.evolve(bare, promises=bare.promises | {promise})
     switched = {p.name for p in PROPERTIES if p.concerns(bare) and p.applies(promised) and not p.applies(bare)}
     assert switched, f"no property checks the promise {promise!r}"

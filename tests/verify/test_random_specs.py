@@ -37,7 +37,22 @@ def moe_parameters(spec: blockspec.ModelSpec) -> int:
     shared_ff = config.n_shared_experts * d_ff
     shared = (m.d_model * gated * shared_ff + shared_ff * m.d_model + ((gated * shared_ff + m.d_model) if m.bias else 0)
               + (m.d_model if config.shared_gate else 0)) if shared_ff else 0
-    return config.n_experts * m.d_model + config.n_experts * dense + shared
+    router = config.n_experts * (m.d_model + int(config.router_bias))
+    return router + config.n_experts * dense + shared
+
+
+def mla_parameters(spec: blockspec.ModelSpec) -> int:
+    """blockspec-attention's mla: the queries (d -> h·(nope + hs), or through a q_lora_rank bottleneck with its
+    norm), kv_down (d -> r + hs) and its norm, kv_up (r -> h·(nope + v)), proj (h·v -> d); [model] bias on
+    q_down, kv_down and proj."""
+    m, c = spec.model, spec.attention.config
+    h, hs, bias = m.n_heads, m.head_dim, int(m.bias)
+    width = h * (c.nope_head_dim + hs)
+    queries = m.d_model * width if c.q_lora_rank is None else \
+        (m.d_model + bias + 1) * c.q_lora_rank + c.q_lora_rank * width
+    latent = m.d_model * (c.kv_lora_rank + hs) + bias * (c.kv_lora_rank + hs) + c.kv_lora_rank
+    expand = c.kv_lora_rank * h * (c.nope_head_dim + c.v_head_dim)
+    return queries + latent + expand + h * c.v_head_dim * m.d_model + bias * m.d_model
 
 
 def closed_form(spec: blockspec.ModelSpec) -> int:
@@ -53,8 +68,12 @@ def closed_form(spec: blockspec.ModelSpec) -> int:
     else:
         head = (m.d_model + int(head_config.bias)) * head_config.n_classes
     ffn = moe_parameters(spec) if spec.ffn.name == "moe" else None
-    causal = spec.attention.config  # the built-in attention's options
-    attention = attention_parameters(m, qkv_bias=causal.qkv_bias, out_bias=causal.out_bias, qk_norm=causal.qk_norm)
+    if spec.attention.name == "mla":
+        attention = mla_parameters(spec)
+    else:
+        causal = spec.attention.config  # the built-in attention's options
+        attention = attention_parameters(m, qkv_bias=causal.qkv_bias, out_bias=causal.out_bias,
+                                         qk_norm=causal.qk_norm, sinks=causal.sinks)
     return model_parameters(m, positional=positional, norm=norm, attention=attention,
                             head=head, gated=spec.activation.name in GATED, ffn=ffn, norms=block_norms(spec))
 

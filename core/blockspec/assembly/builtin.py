@@ -29,7 +29,8 @@ class CausalAttentionConfig:
     logit_softcap: scores -> cap·tanh(scores/cap) before the mask (Gemma 2), on an explicit softmax;
     sliding_window: each query attends to the last w positions, its own included (the KV cache too);
     query_scale: what q·kᵀ is multiplied by, instead of 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar**-0.5);
-    qkv_bias, out_bias: biases of the qkv and output projections, defaulting to [model] bias (Qwen2: true, false).
+    qkv_bias, out_bias: biases of the qkv and output projections, defaulting to [model] bias (Qwen2: true, false);
+    sinks: one learned logit per head joins every row's softmax and takes no value (gpt-oss's attention sinks).
     """
 
     qk_norm: Literal["none", "head", "all"] = field(default="none", metadata=OMIT_DEFAULT)
@@ -40,6 +41,7 @@ class CausalAttentionConfig:
     query_scale: float | None = field(default=None, validator=optional(greater_than(0.0)))
     qkv_bias: bool | None = None
     out_bias: bool | None = None
+    sinks: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     def __attrs_post_init__(self) -> None:
         if self.qk_norm_offset and self.qk_norm == "none":
@@ -66,6 +68,7 @@ def build_causal_attention(config: CausalAttentionConfig, ctx: BuildContext):
         query_scale=config.query_scale,
         qkv_bias=config.qkv_bias,
         out_bias=config.out_bias,
+        sinks=config.sinks,
     )
 
 
@@ -118,7 +121,7 @@ def _layer_of(ctx: BuildContext, what: str) -> LayerParts:
 def blockspec_register(register) -> None:
     register("attention", "causal", CausalAttentionConfig, build_causal_attention,
              promises=("causal", "sliding_window", "logit_softcap", "qk_norm", "qk_norm_offset", "softmax_heads",
-                       "compiles"))
+                       "sinks", "sink_option", "compiles"))
     register("ffn", "dense", DenseFFNConfig, build_dense_ffn, promises=("position_wise", "compiles"))
     register("block", "pre", PreConfig, build_pre, promises=("residual", "causal", "pre_norm", "compiles"))
     register("block", "post", PostConfig, build_post,

@@ -25,7 +25,7 @@ def qkv_split_sizes(n_heads: int, n_kv_heads: int, head_dim: int) -> tuple[int, 
 
 
 def attention_ops(*, qk_norm: str = "none", query_scale: float | None = None, logit_softcap: float | None = None,
-                  sliding_window: int | None = None) -> dict[str, str]:
+                  sliding_window: int | None = None, sinks: bool = False) -> dict[str, str]:
     """The op text of each tap of an attention with these options: what it computes, as ``blockspec trace`` shows it.
 
     ``{positional}`` and ``{score_bias}`` are the tracer's to fill (the encoder is not the attention's)."""
@@ -46,7 +46,8 @@ def attention_ops(*, qk_norm: str = "none", query_scale: float | None = None, lo
         "k_rotated": "{positional}: k rotated by position",
         "score_bias": "{positional}: score bias",
         "scores": f"{scores}: soft-capped scores per head, before the mask",
-        "weights": f"softmax({scores} + mask): weights per head, {mask}",
+        "weights": f"softmax({scores} + mask{', sink' if sinks else ''}): weights per head, {mask}"
+                   + (", each head's sink logit taking a share and no value" if sinks else ""),
         "heads": "weights @ v, per head " + ("(SDPA)" if logit_softcap is None else "(explicit softmax, for the cap)"),
         "out": "proj(concat(heads)): attention output",
     }
@@ -66,12 +67,15 @@ class CausalSelfAttention(nn.Module):
     stored as 0, Gemma 3's); ``logit_softcap`` (scores ->
     cap·tanh(scores/cap) before the mask, on an explicit softmax instead of SDPA);
     ``sliding_window`` (query i sees keys i-w+1..i); ``query_scale`` (the factor the scores are
-    multiplied by, instead of 1/sqrt(head_dim)); ``qkv_bias`` and ``out_bias``.
+    multiplied by, instead of 1/sqrt(head_dim)); ``qkv_bias`` and ``out_bias``; ``sinks`` (gpt-oss: one
+    learned logit per head, ``sinks`` (h,), joins every row's softmax and takes no value; None when off).
+    For subclasses: ``value_head_dim`` (each head's value width, default head_dim: proj reads n_heads of them)
+    and ``fused_qkv`` (False: no ``qkv`` projection is built; the subclass's ``project`` makes q, k, v).
     """
 
     # what the spec's [init] draws (assembly/initialisation.py); q_norm and k_norm keep their ones (zeros: offset)
     init_roles: ClassVar[Mapping[str, str]] = {
-        "qkv.weight": "std", "qkv.bias": "zero", "proj.weight": "residual", "proj.bias": "zero",
+        "qkv.weight": "std", "qkv.bias": "zero", "proj.weight": "residual", "proj.bias": "zero", "sinks": "std",
     }
 
     def __init__(
@@ -91,15 +95,20 @@ class CausalSelfAttention(nn.Module):
         query_scale: float | None = None,
         qkv_bias: bool | None = None,
         out_bias: bool | None = None,
+        sinks: bool = False,
+        value_head_dim: int | None = None,
+        fused_qkv: bool = True,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim
+        self.value_head_dim = self.head_dim if value_head_dim is None else value_head_dim  # what proj reads per head
         self.split_sizes = qkv_split_sizes(n_heads, n_kv_heads, self.head_dim)
         width, kv_width = self.split_sizes[:2]
-        self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias if qkv_bias is None else qkv_bias)
-        self.proj = nn.Linear(width, d_model, bias=bias if out_bias is None else out_bias)
+        if fused_qkv:  # False: a subclass projects q, k and v its own way (latent attention)
+            self.qkv = nn.Linear(d_model, sum(self.split_sizes), bias=bias if qkv_bias is None else qkv_bias)
+        self.proj = nn.Linear(n_heads * self.value_head_dim, d_model, bias=bias if out_bias is None else out_bias)
         self.dropout = dropout
         if qk_norm not in ("none", "head", "all"):
             raise ValueError(f"qk_norm: expected 'none', 'head' or 'all', found {qk_norm!r}")
@@ -111,6 +120,7 @@ class CausalSelfAttention(nn.Module):
         self.logit_softcap = logit_softcap
         self.sliding_window = sliding_window
         self.query_scale = query_scale
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None  # (h,) logits; None: no sinks
 
     def forward(
         self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0, cache: LayerCache | None = None
@@ -164,7 +174,7 @@ class CausalSelfAttention(nn.Module):
     def tap_ops(self) -> dict[str, str]:
         """Each tap's op text for ``blockspec trace``, from this attention's own options (window, scale, cap)."""
         return attention_ops(qk_norm=self.qk_norm, query_scale=self.query_scale, logit_softcap=self.logit_softcap,
-                             sliding_window=self.sliding_window)
+                             sliding_window=self.sliding_window, sinks=self.sinks is not None)
 
     @property
     def scale(self) -> float:
@@ -191,7 +201,7 @@ class CausalSelfAttention(nn.Module):
         n_q, n_k = q.shape[-2], k.shape[-2]
         windowed = self.sliding_window is not None and n_k > self.sliding_window
         scale = self.query_scale  # None: SDPA's own 1/sqrt(hs)
-        plain = bias is None and not windowed and keys is None and slots is None
+        plain = bias is None and not windowed and keys is None and slots is None and self.sinks is None
         if plain and n_q == n_k:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, enable_gqa=gqa,
                                                   scale=scale)
@@ -200,7 +210,17 @@ class CausalSelfAttention(nn.Module):
         mask = self.full_mask(n_q, n_k, q, keys, slots)
         if bias is not None:
             mask = bias.to(q.dtype) + mask
+        if self.sinks is not None:
+            k, v, mask = self._sink_key(k, v, mask, self.sinks)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, enable_gqa=gqa, scale=scale)
+
+    def _sink_key(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                  sinks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The sinks as one more key for SDPA: key and value zero, so its score q·0 = 0 plus its mask entry,
+        the head's sink logit, joins each row's softmax and adds nothing to the output."""
+        zero = k.new_zeros(*k.shape[:-2], 1, k.shape[-1])  # (B, kv, 1, hs)
+        k, v = torch.cat((k, zero), dim=-2), torch.cat((v, zero), dim=-2)  # (B, kv, N_k + 1, hs)
+        return k, v, with_sink_column(mask, sinks)  # (B or 1, h, N_q, N_k + 1)
 
     def full_mask(self, n_q: int, n_k: int, q: torch.Tensor, keys: torch.Tensor | None = None,
                   slots: Slots | None = None) -> torch.Tensor:
@@ -244,8 +264,19 @@ class CausalSelfAttention(nn.Module):
     def weights(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None = None,
                 keys: torch.Tensor | None = None, slots: Slots | None = None) -> torch.Tensor:
         """The attention probabilities (B, h, N_q, N_k) that ``attend`` uses, made explicit for tracing."""
-        scores = self.scores(q, k, bias)
-        return (scores + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)).softmax(dim=-1)
+        scores = self.scores(q, k, bias) + self.full_mask(q.shape[-2], k.shape[-2], q, keys, slots)
+        if self.sinks is None:
+            return scores.softmax(dim=-1)
+        return with_sink_column(scores, self.sinks).softmax(dim=-1)[..., :-1]  # the sink's column dropped
+
+
+def with_sink_column(scores: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Masked scores (n_q, n_k), (h, n_q, n_k) or (B, h or 1, n_q, n_k) -> (B or 1, h, n_q, n_k + 1): each
+    head's sink logit (h,) as the last column of every row."""
+    n_q, n_k = scores.shape[-2:]
+    scores = scores.expand(*torch.broadcast_shapes(scores.shape, (1, sinks.shape[0], n_q, n_k)))  # (B or 1, h, ..)
+    column = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(scores.shape[0], -1, n_q, 1)  # (h,) -> (B, h, N_q, 1)
+    return torch.cat((scores, column), dim=-1)
 
 
 def given(*optional: torch.Tensor | Slots | None) -> tuple[Any, ...]:  # Any: each keeps its parameter's type

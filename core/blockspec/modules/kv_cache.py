@@ -7,15 +7,36 @@ step costs one new row per layer and no allocation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 import torch
+from torch import nn
 
 from blockspec.errors import ContextLengthError
 
 if TYPE_CHECKING:
     from blockspec.modules.positional import Start
     from blockspec.modules.transformer import Transformer
+
+
+class CacheLayout(NamedTuple):
+    """What one layer's cache holds per position: ``kv_heads`` rows of ``key_width`` keys and ``value_width``
+    values. An attention that caches something else than its keys and values says so in a ``cache_layout``
+    attribute (latent attention: one row of the compressed latent, no values)."""
+
+    kv_heads: int
+    key_width: int
+    value_width: int
+
+
+def layout_of(block: nn.Module, default: CacheLayout) -> CacheLayout:
+    """The ``cache_layout`` of the first module in ``block`` that declares one, else ``default``."""
+    for module in block.modules():
+        layout = getattr(module, "cache_layout", None)
+        if isinstance(layout, tuple):
+            return CacheLayout(*layout)
+    return default
 
 
 class LayerCache:
@@ -77,15 +98,20 @@ class KVCache:
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
         padding: torch.Tensor | None = None,
+        layouts: Sequence[CacheLayout] | None = None,
     ) -> None:
-        """``padding``: each row's left padding (B,) in a ragged batch (see ``LayerCache``); all zeros is None."""
-        shape = (batch_size, n_kv_heads, max_length, head_dim)
+        """``padding``: each row's left padding (B,) in a ragged batch (see ``LayerCache``); all zeros is None.
+        ``layouts``: each layer's ``CacheLayout`` where they differ from (n_kv_heads, head_dim, head_dim)."""
+        layouts = layouts or [CacheLayout(n_kv_heads, head_dim, head_dim)] * n_layers
+        if len(layouts) != n_layers:
+            raise ValueError(f"layouts: expected one per layer ({n_layers}), found {len(layouts)}")
         self.padding = _padding(padding, batch_size, device)
-        self.layers = [
-            self.layer_class(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype),
-                       self.padding)
-            for _ in range(n_layers)
-        ]
+
+        def zeros(heads: int, width: int) -> torch.Tensor:
+            return torch.zeros((batch_size, heads, max_length, width), device=device, dtype=dtype)  # (B, kv, T, w)
+
+        self.layers = [self.layer_class(zeros(kv, keys), zeros(kv, values), self.padding)
+                       for kv, keys, values in layouts]
         self.max_length = max_length
         self.length = 0
 
@@ -99,9 +125,10 @@ class KVCache:
                             "size the cache with KVCache(n_layers=..., n_kv_heads=..., head_dim=...)")
         cfg = model.spec.model
         weight = next(model.parameters())
+        default = CacheLayout(cfg.kv_heads, cfg.head_dim, cfg.head_dim)
         return cls(n_layers=cfg.n_layers, batch_size=batch_size, n_kv_heads=cfg.kv_heads, head_dim=cfg.head_dim,
                    max_length=max_length, device=weight.device if device is None else device, dtype=weight.dtype,
-                   padding=padding)
+                   padding=padding, layouts=[layout_of(block, default) for block in model.blocks])
 
     def positions(self, start: Start) -> Start:
         """The encoder's start for a call at slot ``start`` (``LayerCache.positions``)."""

@@ -501,7 +501,10 @@ def _rule_dict(rule: LayerRule) -> dict[str, Any]:
 
 
 def _override_dict(override: LayerOverride) -> dict[str, Any]:
-    return {"use": override.use.use, **override.fields} if override.use is not None else dict(override.fields)
+    """A [[layers]] kind's table; a None field is left out, as TOML has no null (a ``use`` table's None field
+    is its default, which the reader then takes)."""
+    fields = _drop_none(override.fields)
+    return {"use": override.use.use, **fields} if override.use is not None else fields
 
 
 def _is_default(part: ComponentSpec, model: ModelConfig) -> bool:

@@ -38,7 +38,7 @@ PROMISES = MappingProxyType(
         "activation": frozenset({"elementwise", "gated"}),
         "head": frozenset({"lm", "tied", "tie_option", "classifier", "logit_softcap", "logit_columns"}),
         "attention": frozenset({"causal", "sliding_window", "logit_softcap", "qk_norm", "qk_norm_offset",
-                                "softmax_heads", "sinks"}),
+                                "softmax_heads", "sinks", "sink_option"}),
         "block": frozenset({"residual", "causal", "parallel"}),
         "ffn": frozenset({"position_wise", "mixture",
                           "aux_loss"}),
@@ -60,6 +60,7 @@ REQUIRES = MappingProxyType({
     ("positional", "rope_frequencies"): "rotary",
     ("positional", "declared_frequencies"): "rotary",
     ("attention", "sinks"): "causal",
+    ("attention", "sink_option"): "sinks",
     ("ffn", "aux_loss"): "mixture",
     ("head", "logit_columns"): "lm",
     ("attention", "qk_norm_offset"): "qk_norm",
@@ -80,6 +81,7 @@ PROMISED_FIELDS = MappingProxyType({
     ("attention", "logit_softcap"): ("logit_softcap",),
     ("attention", "qk_norm"): ("qk_norm",),
     ("attention", "qk_norm_offset"): ("qk_norm_offset",),
+    ("attention", "sink_option"): ("sinks",),
     ("ffn", "mixture"): ("n_experts",),  # top_k: the module's, 1 (a Switch router) without one
 })
 
@@ -145,8 +147,10 @@ PROMISE_MEANINGS = MappingProxyType(
                                          "= q·kᵀ times the module's scale (default 1/√head_dim), soft-capped, "
                                          "windowed and joined by sinks as promised, kv heads repeated for "
                                          "grouped queries, and the output projection proj"),
-        ("attention", "sinks"): ("the module's sinks (n_heads,) are logits that join every query row's softmax "
-                                 "and take no value: weights() rows sum to below 1; needs 'causal'"),
+        ("attention", "sinks"): ("the module's sinks (n_heads,), where not None, are logits that join every query "
+                                 "row's softmax and take no value: weights() rows sum to below 1; needs 'causal'"),
+        ("attention", "sink_option"): ("config field `sinks` (bool): true, the module's sinks is a trainable "
+                                       "(n_heads,) parameter; false, it is None (no sinks); needs 'sinks'"),
         ("block", "residual"): "with sublayers that output zero, the block is the identity",
         ("block", "causal"): "with causal attention, output at position i depends on positions <= i only",
         ("block", "parallel"): ("block(x) = x + attn(norm1(x)) + ffn(norm2(x)), attn, ffn, norm1 and norm2 the "
@@ -155,9 +159,11 @@ PROMISE_MEANINGS = MappingProxyType(
         ("ffn", "mixture"): ("a routed mixture of experts, as blockspec.plugin's docstring says (router; "
                              "routing(logits) -> (weights, index, probs); top_k, absent: 1; renormalize, absent: "
                              "false; shared_output, absent: nothing shared; the experts as a ModuleList `experts` "
-                             "or stacked `up`, `down` in Mixtral's layout with `act`; config field `n_experts`): "
-                             "the output is the top-k softmax-weighted sum of the chosen experts plus the shared "
-                             "part"),
+                             "or stacked `up`, `down` in Mixtral's layout with `act`; config field `n_experts`; "
+                             "DeepSeek V3's routing, absent: Mixtral's: scoring \"softmax\" or \"sigmoid\", "
+                             "n_group / topk_group, routed_scaling, a correction (E,) added for the choice only): "
+                             "the output is the sum of the chosen experts, each times its score (renormalised, "
+                             "scaled), plus the shared part"),
         ("ffn", "aux_loss"): ("a training-mode forward sets aux_loss, a finite scalar whose gradient reaches "
                               "router.weight; an eval-mode forward sets it to None; needs 'mixture'"),
         ("adapter", "identity_at_init"): "freshly built around a linear layer, it computes exactly what that layer does",

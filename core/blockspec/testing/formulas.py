@@ -14,9 +14,10 @@ from blockspec.spec.schema import ModelConfig
 
 
 def attention_parameters(model: ModelConfig, *, qkv_bias: bool | None = None, out_bias: bool | None = None,
-                         qk_norm: Literal["none", "head", "all"] = "none") -> int:
+                         qk_norm: Literal["none", "head", "all"] = "none", sinks: bool = False) -> int:
     """Fused qkv (d -> h·hs + 2·kv·hs) and the output projection (h·hs -> d), with biases if any
-    (``qkv_bias``/``out_bias`` None: [model] bias) and the qk-norm scales (hs each, or the heads' widths).
+    (``qkv_bias``/``out_bias`` None: [model] bias), the qk-norm scales (hs each, or the heads' widths) and
+    the sink logits (one per head).
 
     The options are arguments, not read off a config by field name: the caller knows which config it holds."""
     d, width, kv_width = model.d_model, model.n_heads * model.head_dim, 2 * model.kv_heads * model.head_dim
@@ -24,7 +25,8 @@ def attention_parameters(model: ModelConfig, *, qkv_bias: bool | None = None, ou
     qkv_bias = model.bias if qkv_bias is None else qkv_bias
     out_bias = model.bias if out_bias is None else out_bias
     norms = {"none": 0, "head": 2 * model.head_dim, "all": width + kv_width // 2}[qk_norm]
-    return weights + (width + kv_width if qkv_bias else 0) + (d if out_bias else 0) + norms
+    sink_logits = model.n_heads if sinks else 0
+    return weights + (width + kv_width if qkv_bias else 0) + (d if out_bias else 0) + norms + sink_logits
 
 
 def ffn_parameters(model: ModelConfig, *, gated: bool) -> int:

@@ -244,7 +244,9 @@ def layer_rules(draw, registry: Registry, model: ModelConfig, *, where=None) -> 
     if model.n_layers < 2 or not draw(st.booleans()):
         return ()
     kind = draw(st.sampled_from(VARIED_KINDS))
-    part = draw(component_specs(registry, kind, where=where))
+    serving = lambda c: (where is None or where(c)) and c.serves_model(model)  # noqa: E731  # only sizes it serves
+    part = draw(component_specs(registry, kind, where=serving))
     use = ComponentChoice(kind=kind, name=part.name, distribution=part.distribution, config_cls=type(part.config))
-    override = LayerOverride(fields=CONVERTER.unstructure(part.config), use=use)
+    fields = {name: value for name, value in CONVERTER.unstructure(part.config).items() if value is not None}
+    override = LayerOverride(fields=fields, use=use)  # as a TOML table writes it: no None
     return (LayerRule(every=2, offset=1, overrides={kind: override}),)

@@ -60,7 +60,7 @@ def declared(plugin: ModuleType, kind: str, name: str) -> tuple[str, ...]:
     """The promises ``plugin`` registers ``kind:name`` with: a mutant keeps them as the original changes."""
     found: dict[tuple[str, str], tuple[str, ...]] = {}
 
-    def register(k: str, n: str, config_cls: type, build: Callable, *, summary=None, promises=()) -> None:
+    def register(k: str, n: str, config_cls: type, build: Callable, *, summary=None, promises=(), serves=None) -> None:
         found[(k, n)] = tuple(promises)
 
     plugin.blockspec_register(register=register)
@@ -74,10 +74,11 @@ class Corpus:
         self.entries: list[Entry] = []
 
     def mutant(self, kind: str, name: str, config_cls: type, build: Callable, *, like: tuple[str, ...],
-               catches: str, bug: str) -> None:
-        """A broken copy: ``like`` are the correct component's promises, ``catches`` the property of the broken one."""
+               catches: str, bug: str, serves: Callable[[Any], bool] | None = None) -> None:
+        """A broken copy: ``like`` are the correct component's promises (``serves`` its sizes, if it says),
+        ``catches`` the property of the broken one."""
         self.entries.append(Entry(kind=kind, name=name, config_cls=config_cls, build=build, promises=like,
-                                  catches=catches, bug=bug))
+                                  catches=catches, bug=bug, serves=serves))
 
     def correct(self, kind: str, name: str, config_cls: type, build: Callable, *, promises: tuple[str, ...],
                 why: str, serves: Callable[[Any], bool] | None = None) -> None:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import blockspec_attention
 import torch
 import torch.nn.functional as F
+from blockspec_attention import MLAConfig, one_latent
+from blockspec_attention.mla import LatentAttention
 
 from blockspec.assembly import builtin
 from blockspec.assembly.builtin import CausalAttentionConfig
 from blockspec.modules.attention import CausalSelfAttention, causal_mask
-from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding
+from blockspec.plugin import BuildContext, LayerCache, PositionalEncoding, rotate_at
 from tests.verify.corpus import CACHE_ATTENTION, CACHE_PADDING, RELATIVE_ATTENTION, Corpus, declared
 
 CORPUS = Corpus()
 CAUSAL = declared(builtin, "attention", "causal")
+MLA = declared(blockspec_attention, "attention", "mla")
+UNSUNK = tuple(p for p in CAUSAL if p not in ("sinks", "sink_option"))  # copies whose attend() has no sinks
 
 
 def attention_as(cls: type) -> object:
@@ -24,7 +29,8 @@ def attention_as(cls: type) -> object:
                    head_dim=m.head_dim, qk_norm=config.qk_norm, qk_norm_eps=config.qk_norm_eps,
                    qk_norm_offset=config.qk_norm_offset,
                    logit_softcap=config.logit_softcap, sliding_window=config.sliding_window,
-                   query_scale=config.query_scale, qkv_bias=config.qkv_bias, out_bias=config.out_bias)
+                   query_scale=config.query_scale, qkv_bias=config.qkv_bias, out_bias=config.out_bias,
+                   sinks=config.sinks)
 
     return build
 
@@ -73,11 +79,11 @@ class TopLeftMask(HandMasked):
         return torch.zeros(n_q, n_k, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
 
 
-CORPUS.correct("attention", "causal_by_hand", CausalAttentionConfig, attention_as(HandMasked), promises=CAUSAL,
+CORPUS.correct("attention", "causal_by_hand", CausalAttentionConfig, attention_as(HandMasked), promises=UNSUNK,
                why="the core attention on its explicit-mask path: the mask mutants change one line of it")
-CORPUS.mutant("attention", "window_off_by_one", CausalAttentionConfig, attention_as(WindowOffByOne), like=CAUSAL,
+CORPUS.mutant("attention", "window_off_by_one", CausalAttentionConfig, attention_as(WindowOffByOne), like=UNSUNK,
               catches="sliding_window", bug="a sliding window of w lets w + 1 keys through")
-CORPUS.mutant("attention", "mask_top_left", CausalAttentionConfig, attention_as(TopLeftMask), like=CAUSAL,
+CORPUS.mutant("attention", "mask_top_left", CausalAttentionConfig, attention_as(TopLeftMask), like=UNSUNK,
               catches=CACHE_ATTENTION, bug="the causal mask aligned top-left: cached queries miss the newest keys")
 
 
@@ -168,7 +174,7 @@ CORPUS.mutant("attention", "rotate_from_zero", CausalAttentionConfig, attention_
               catches=CACHE_ATTENTION, bug="start is not passed to rotate(): a cached chunk is rotated from position 0")
 CORPUS.mutant("attention", "cache_drops_mask", CausalAttentionConfig, attention_as(CacheDropsMask), like=CAUSAL,
               catches=CACHE_ATTENTION, bug="no causal mask whenever a cache is passed, right only for one token at a time")
-CORPUS.mutant("attention", "padding_keys_seen", CausalAttentionConfig, attention_as(PaddingKeysSeen), like=CAUSAL,
+CORPUS.mutant("attention", "padding_keys_seen", CausalAttentionConfig, attention_as(PaddingKeysSeen), like=UNSUNK,
               catches=CACHE_PADDING, bug="a ragged batch's padding keys attended to: the cache's key_mask ignored")
 CORPUS.mutant("attention", "cap_after_mask", CausalAttentionConfig, attention_as(CapAfterMask), like=CAUSAL,
               catches="causal", bug="logit_softcap applied after the mask: masked scores become -cap, not -inf")
@@ -196,7 +202,7 @@ CORPUS.mutant("attention", "softcap_scaled_uncapped", CausalAttentionConfig, att
 
 # --- attention variants as outside authors write them (issue 27): sinks, a softcap and a window through forward --
 
-SINKS = (*CAUSAL, "sinks")
+SINKS = tuple(p for p in CAUSAL if p != "sink_option")  # these authors' sinks are always on: no option
 
 
 class SinkAttention(CausalSelfAttention):
@@ -277,6 +283,79 @@ CORPUS.mutant("attention", "softcap_forgotten_in_forward", CausalAttentionConfig
               bug="scores() caps, but forward takes the fused SDPA kernel without the cap")
 CORPUS.mutant("attention", "window_off_by_one_cached", CausalAttentionConfig, attention_as(WindowOffByOneCached),
               like=CAUSAL, catches="softmax_heads", bug="the sliding window lets w + 1 keys through in cached calls only")
+
+
+# --- the core attention's own sinks (sinks = true) broken ------------------------------------------------
+
+def build_sinks_dropped(config: CausalAttentionConfig, ctx: BuildContext) -> CausalSelfAttention:
+    m = ctx.model
+    return CausalSelfAttention(d_model=m.d_model, n_heads=m.n_heads, n_kv_heads=m.kv_heads, bias=m.bias,
+                               dropout=m.dropout, head_dim=m.head_dim, qk_norm=config.qk_norm,
+                               qk_norm_eps=config.qk_norm_eps, qk_norm_offset=config.qk_norm_offset,
+                               logit_softcap=config.logit_softcap, sliding_window=config.sliding_window,
+                               query_scale=config.query_scale, qkv_bias=config.qkv_bias,
+                               out_bias=config.out_bias)  # BUG: sinks not passed on
+
+
+class SinksOnlyTraced(CausalSelfAttention):
+    def _sink_key(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, sinks: torch.Tensor):
+        return k, v, mask  # BUG: weights() joins the sinks, the SDPA path of forward never does
+
+
+class SinkValueOfFirstToken(CausalSelfAttention):
+    def _sink_key(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, sinks: torch.Tensor):
+        k, _, mask = super()._sink_key(k, v, mask, sinks)
+        return k, torch.cat((v, v[..., :1, :]), dim=-2), mask  # BUG: the sink key carries token 0's value
+
+
+CORPUS.mutant("attention", "sinks_dropped", CausalAttentionConfig, build_sinks_dropped, like=CAUSAL,
+              catches="sink_option", bug="the config's sinks = true is not passed on: no sinks at all")
+CORPUS.mutant("attention", "sinks_only_traced", CausalAttentionConfig, attention_as(SinksOnlyTraced), like=CAUSAL,
+              catches="softmax_heads", bug="weights() has the sinks, the SDPA path of forward leaves them out")
+CORPUS.mutant("attention", "sink_value_of_first_token", CausalAttentionConfig, attention_as(SinkValueOfFirstToken),
+              like=CAUSAL, catches="softmax_heads", bug="the sink's extra key carries the first token's value")
+
+
+# --- blockspec-attention's latent attention (mla) broken ------------------------------------------------
+
+def mla_as(cls: type) -> object:
+    """build_mla, building the mutant's class."""
+
+    def build(config: MLAConfig, ctx: BuildContext) -> LatentAttention:
+        m = ctx.model
+        return cls(d_model=m.d_model, n_heads=m.n_heads, rope_head_dim=m.head_dim, nope_head_dim=config.nope_head_dim,
+                   v_head_dim=config.v_head_dim, kv_lora_rank=config.kv_lora_rank, q_lora_rank=config.q_lora_rank,
+                   bias=m.bias, dropout=m.dropout, latent_norm_eps=config.latent_norm_eps,
+                   query_scale=config.query_scale)
+
+    return build
+
+
+class MLAPrefixForgotten(LatentAttention):
+    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        if cache is not None:
+            _, latent = self.compress(x, positional, cache.positions(start))
+            cache.update(latent, latent[..., :0], start)  # BUG: the latents update returns, the prefix's, unused
+        return super().forward(x, positional, start)
+
+
+class MLAQueriesUnturned(LatentAttention):
+    def compress(self, x: torch.Tensor, positional: PositionalEncoding, start) -> tuple[torch.Tensor, torch.Tensor]:
+        q_nope, q_rope = self.queries(x).split((self.nope_head_dim, self.rope_head_dim), dim=-1)
+        latent, k_rope = self.kv_down(x).split((self.kv_lora_rank, self.rope_head_dim), dim=-1)
+        k_rope = k_rope[:, None]  # (B, 1, N, hs_r)
+        if positional.rotates:
+            _, k_rope = rotate_at(positional, q_rope, k_rope, start)  # BUG: only the shared key turns
+        return torch.cat((q_nope, q_rope), dim=-1), torch.cat((self.kv_norm(latent)[:, None], k_rope), dim=-1)
+
+
+CORPUS.mutant("attention", "mla_prefix_forgotten", MLAConfig, mla_as(MLAPrefixForgotten), like=MLA,
+              serves=one_latent, catches="softmax_heads",
+              bug="the latent is cached, but a cached call attends to its own tokens only")
+CORPUS.mutant("attention", "mla_queries_unturned", MLAConfig, mla_as(MLAQueriesUnturned), like=MLA,
+              serves=one_latent, catches=RELATIVE_ATTENTION,
+              bug="the shared rotary key turns, the queries' rotary part does not")
 
 
 # --- sizes a build does not serve (issue 27, item 3): refused draws are not examples ---------------------

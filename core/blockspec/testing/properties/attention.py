@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from blockspec.modules.kv_cache import LayerCache
+from blockspec.modules.kv_cache import CacheLayout, LayerCache
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.registry.components import Component
 from blockspec.testing.cases import Case
@@ -18,7 +18,7 @@ from blockspec.testing.harness import assume, exercise, normal
 from blockspec.testing.properties.base import (
     LEAK_DTYPES, Property, assert_close, assert_like, assert_shape, assert_unchanged, promised_option, sequence_cases,
 )
-from blockspec.testing.properties.cache import ReferenceEncoder
+from blockspec.testing.properties.cache import ReferenceEncoder, cache_tensors
 
 
 def check_contract(component: Component, case: Case, device: str) -> None:
@@ -55,10 +55,10 @@ def _weights(component: Component, case: Case, device: str):
 def check_weights(component: Component, case: Case, device: str) -> None:
     """Every head's weights: nothing above the diagonal; rows sum to 1 with row 0 [1, 0, ..., 0] (with sinks
     they sum to below 1: the ``sinks`` property checks them)."""
-    _, _, _, weights = _weights(component, case, device)
+    module, _, _, weights = _weights(component, case, device)
     above = weights.triu(diagonal=1)
     assert_close(above, torch.zeros_like(above), "attention weights above the diagonal", atol=0, rtol=0)
-    if "sinks" in component.promises:
+    if _sinks(component, module) is not None:
         return
     first = torch.zeros_like(weights[..., 0, :])
     first[..., 0] = 1.0
@@ -73,12 +73,32 @@ def check_sinks(component: Component, case: Case, device: str) -> None:
     window = _options(component, case, module)[1]
     if not (hasattr(module, "scores") and hasattr(module, "sinks")):
         raise NotApplicable("an attention with sinks needs scores() and sinks to check its weights against")
+    assume(module.sinks is not None, "the config turns the sinks off")
     with torch.no_grad():
         scores = module.scores(q, k).double()  # (B, h, N, N)
     n = scores.shape[-1]
     expected = softmax_with_sinks(scores + reference_mask(n, n, window, scores.device), module.sinks)
     assert_close(weights, expected, "attention weights against softmax(masked scores joined by each head's sink)",
                  atol=1e-6, rtol=1e-5)
+
+
+def check_sink_option(component: Component, case: Case, device: str) -> None:
+    """With the config's sinks true the module's sinks is a trainable (n_heads,) parameter, with false None."""
+    wanted = bool(promised_option(component, case, "sink_option"))
+    module = exercise(component, case, device)[0].module
+    sinks = getattr(module, "sinks", None)
+    if not wanted:
+        if sinks is not None:
+            raise AssertionError(f"sinks = false, but the module's sinks is {type(sinks).__name__}, not None")
+        return
+    if not isinstance(sinks, torch.nn.Parameter) or tuple(sinks.shape) != (case.model.n_heads,):
+        found = "None" if sinks is None else f"{type(sinks).__name__} of shape {tuple(sinks.shape)}"
+        raise AssertionError(f"sinks = true: expected an (n_heads,) = ({case.model.n_heads},) parameter, found {found}")
+
+
+def _sinks(component: Component, module) -> torch.Tensor | None:
+    """The module's sink logits where it promises sinks and has them; None otherwise."""
+    return getattr(module, "sinks", None) if "sinks" in component.promises else None
 
 
 def reference_mask(n_q: int, n_k: int, window: int | None, device: torch.device) -> torch.Tensor:
@@ -128,8 +148,7 @@ def _cached(module, x: torch.Tensor, case: Case) -> torch.Tensor:
     """x (B, N, d) at positions 0.. fed through a fresh LayerCache one token at a time (no encoder: the
     outputs do not depend on where the positions start)."""
     hs, kv = getattr(module, "head_dim", case.model.head_dim), getattr(module, "n_kv_heads", case.model.kv_heads)
-    shape = (case.batch, kv, case.tokens, hs)
-    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape))
+    cache = LayerCache(*cache_tensors(module, CacheLayout(kv, hs, hs), case.batch, case.tokens, x))
     steps = [module(x[:, i:i + 1], PositionalEncoding(), i, cache) for i in range(case.tokens)]
     return torch.cat(steps, dim=1)  # (B, N, d)
 
@@ -223,8 +242,7 @@ def _options(component: Component, case: Case, module) -> tuple[Any, Any, torch.
     """The promised options the reference computes with: (softcap, sliding window, sinks), None where off."""
     cap = promised_option(component, case, "logit_softcap") if "logit_softcap" in component.promises else None
     window = promised_option(component, case, "sliding_window") if "sliding_window" in component.promises else None
-    sinks = module.sinks if "sinks" in component.promises else None
-    return cap, window, sinks
+    return cap, window, _sinks(component, module)
 
 
 def reference_heads(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options) -> torch.Tensor:
@@ -275,8 +293,8 @@ def check_softmax_heads(component: Component, case: Case, device: str) -> None:
 def _decoded(module, x: torch.Tensor, encoder, case: Case) -> list[tuple[int, int, torch.Tensor]]:
     """x (B, N, d) through a fresh LayerCache: positions 0..cut in one call, then two at a time."""
     hs, kv = getattr(module, "head_dim", case.model.head_dim), getattr(module, "n_kv_heads", case.model.kv_heads)
-    shape = (case.batch, kv, case.tokens + 1, hs)  # one slot spare: the module must use what update() returns
-    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape))
+    # one slot spare: the module must use what update() returns
+    cache = LayerCache(*cache_tensors(module, CacheLayout(kv, hs, hs), case.batch, case.tokens + 1, x))
     bounds = [0, *range(case.cut + 1, case.tokens, 2), case.tokens]
     calls = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
     return [(a, b, module(x[:, a:b], encoder, a, cache)) for a, b in calls]
@@ -305,6 +323,8 @@ ATTENTION = (
              summary="no weight above the diagonal; rows sum to 1 (with sinks: the softmax joined by each head's sink)"),
     Property(name="sinks", kind="attention", promise="sinks", check=check_sinks,
              summary="weights == softmax(masked scores joined by each head's sink logit), sink column dropped"),
+    Property(name="sink_option", kind="attention", promise="sink_option", check=check_sink_option,
+             summary="config sinks true: an (n_heads,) parameter of sink logits; false: none"),
     Property(name="sliding_window", cases=sequence_cases, kind="attention", promise="sliding_window",
              check=check_sliding_window,
              summary="with sliding_window w: output at i ignores tokens before i - w + 1, cached or not"),

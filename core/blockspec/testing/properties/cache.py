@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from blockspec.modules.kv_cache import KVCache, LayerCache
+from blockspec.modules.kv_cache import CacheLayout, KVCache, LayerCache, layout_of
 from blockspec.modules.positional import PositionalEncoding
 from blockspec.registry.components import Component
 from blockspec.testing.cache_cases import CacheCase, fitted
@@ -187,10 +187,18 @@ def reference_encoder(case: CacheCase, device: str) -> ReferenceEncoder:
     return encoder.to(device)
 
 
-def layer_cache(case: CacheCase, like: torch.Tensor) -> LayerCache:
-    """One layer's cache as ``KVCache.for_model`` makes it: (B, kv_heads, T + SLACK, head_dim) zeros."""
-    shape = (case.batch, case.model.kv_heads, case.length + SLACK, case.model.head_dim)
-    return LayerCache(like.new_zeros(shape), like.new_zeros(shape))
+def cache_tensors(module: torch.nn.Module, default: CacheLayout, batch: int, slots: int,
+                  like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero keys and values for one layer as ``KVCache.for_model`` sizes them: the module's ``cache_layout``
+    (a latent attention's), else ``default``; (B, kv, slots, width) each."""
+    kv, keys, values = layout_of(module, default)
+    return like.new_zeros(batch, kv, slots, keys), like.new_zeros(batch, kv, slots, values)
+
+
+def layer_cache(case: CacheCase, like: torch.Tensor, module: torch.nn.Module) -> LayerCache:
+    """One layer's cache as ``KVCache.for_model`` makes it, T + SLACK slots, zeros."""
+    default = CacheLayout(case.model.kv_heads, case.model.head_dim, case.model.head_dim)
+    return LayerCache(*cache_tensors(module, default, case.batch, case.length + SLACK, like))
 
 
 def check_cache_attention(component: Component, case: CacheCase, device: str) -> None:
@@ -200,7 +208,7 @@ def check_cache_attention(component: Component, case: CacheCase, device: str) ->
     perturb(module, case.seed)
     encoder = reference_encoder(case, device)
     x = normal(case, case.batch, case.length, case.model.d_model, device=device)  # (B, T, d)
-    cache = layer_cache(case, x)
+    cache = layer_cache(case, x, module)
     with torch.no_grad():
         whole = module(x, encoder, 0)
         parts = [(first, end, module(x[:, first:end], encoder, first, cache)) for first, end in case.calls()]
@@ -239,8 +247,8 @@ def check_cache_padding(component: Component, case: CacheCase, device: str) -> N
     pads = paddings(case)
     x = normal(case, len(pads), case.length, case.model.d_model, device=device)  # (B, T, d)
     padding = torch.tensor(pads, device=device)
-    shape = (len(pads), case.model.kv_heads, case.length + SLACK, case.model.head_dim)
-    cache = LayerCache(x.new_zeros(shape), x.new_zeros(shape), padding)
+    default = CacheLayout(case.model.kv_heads, case.model.head_dim, case.model.head_dim)
+    cache = LayerCache(*cache_tensors(module, default, len(pads), case.length + SLACK, x), padding)
     with torch.no_grad():
         alone = [module(x[r:r + 1, pad:], encoder, 0)[0] for r, pad in enumerate(pads)]  # each (T - pad, d)
         parts = [(first, end, module(x[:, first:end], encoder, first, cache)) for first, end in case.calls()]
