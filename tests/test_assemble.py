@@ -13,7 +13,7 @@ from .test_spec import BASE
 
 POSITIONALS = ["learned", "sinusoidal", "rope"]
 NORMS = ["layernorm", "rmsnorm"]
-ACTIVATIONS = ["relu", "gelu", "silu", "swiglu", "geglu"]
+ACTIVATIONS = ["relu", "gelu", "silu", "swiglu", "geglu", "clamped_swiglu"]
 
 
 def spec_of(registry, **changes) -> blockspec.ModelSpec:

@@ -118,3 +118,19 @@ def test_bad_routing_is_refused_in_one_line_at_its_key(fields, path, message, re
         spec_of({"n_experts": 8, "top_k": 2, **fields}, registry)
     assert path in str(caught.value) and message in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
+
+
+def test_the_clamped_swiglu_is_gpt_oss_gate_on_its_halves():
+    """gpt-oss interleaves gate and value features in its checkpoint; blockspec's gated activations take halves
+    (the FFN's weight layout): the same function once the features are de-interleaved."""
+    pytest.importorskip("transformers")
+    from blockspec_activations.modules import ClampedSwiGLU
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+    theirs = GptOssExperts(GptOssConfig(hidden_size=8, intermediate_size=6, num_local_experts=2))
+    gate, value = torch.randn(2, 5, 6, dtype=torch.float64) * 6, torch.randn(2, 5, 6, dtype=torch.float64) * 6
+    interleaved = torch.stack((gate, value), dim=-1).flatten(-2)  # (.., 6, 2) -> (.., 12): g0, v0, g1, v1, ...
+    expected = theirs._apply_gate(interleaved)
+    torch.testing.assert_close(ClampedSwiGLU(alpha=1.702, limit=7.0)(torch.cat((gate, value), dim=-1)), expected)
+    assert bool((gate > 7).any() and (value.abs() > 7).any())  # both clamps are exercised

@@ -12,7 +12,7 @@ from blockspec.testing.formulas import attention_parameters, layernorm_parameter
 from blockspec.testing.strategies import model_specs, token_batches
 
 FIRST_PARTY = {"blockspec", *catalogue()}
-GATED = {"swiglu", "geglu"}
+GATED = {"swiglu", "geglu", "clamped_swiglu"}
 NORMS_PER_BLOCK = {"pre": 2, "post": 2, "parallel": 2, "sandwich": 4, "output_norm": 2}  # the core's blocks and blockspec-blocks'
 
 

@@ -120,7 +120,8 @@ PROMISE_MEANINGS = MappingProxyType(
                                   "token's output has root mean square 1"),
         ("activation", "elementwise"): ("(..., d_ff) -> (..., d_ff), output feature j of each token computed "
                                         "from input feature j of that token alone"),
-        ("activation", "gated"): "(..., 2·d_ff) -> (..., d_ff); the module's ``gated`` flag is set",
+        ("activation", "gated"): ("(..., 2·d_ff) -> (..., d_ff), output j from input j (its gate) and j + d_ff (its "
+                                  "value) alone; the module's ``gated`` flag is set"),
         ("head", "lm"): "(B, N, d) -> logits (B, N, |V|), token by token",
         ("head", "tied"): "the output matrix is the token embedding's storage",
         ("head", "tie_option"): ("config field `tied` (bool): true, the output matrix is the token embedding's "

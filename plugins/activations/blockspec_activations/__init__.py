@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from attrs import frozen
+from attrs import field, frozen
 
-from blockspec.plugin import BuildContext, Register, hookimpl
+from blockspec.plugin import BuildContext, Register, greater_than, hookimpl
 
 BLOCKSPEC_API = 1
 
@@ -40,6 +40,14 @@ class GeGLUConfig:
     approximate: Literal["none", "tanh"] = "none"
 
 
+@frozen(kw_only=True)
+class ClampedSwiGLUConfig:
+    """gpt-oss's gated activation: gate g clamped above at limit, value u to ±limit, g·sigmoid(alpha·g)·(u + 1)."""
+
+    alpha: float = field(default=1.702, validator=greater_than(0.0))
+    limit: float = field(default=7.0, validator=greater_than(0.0))
+
+
 def build_relu(config: ReLUConfig, ctx: BuildContext):
     from .modules import ReLU
 
@@ -70,6 +78,12 @@ def build_geglu(config: GeGLUConfig, ctx: BuildContext):
     return GeGLU(approximate=config.approximate)
 
 
+def build_clamped_swiglu(config: ClampedSwiGLUConfig, ctx: BuildContext):
+    from .modules import ClampedSwiGLU
+
+    return ClampedSwiGLU(alpha=config.alpha, limit=config.limit)
+
+
 @hookimpl
 def blockspec_register(register: Register) -> None:
     register("activation", "relu", ReLUConfig, build_relu, promises=("elementwise", "compiles"))
@@ -77,3 +91,4 @@ def blockspec_register(register: Register) -> None:
     register("activation", "silu", SiLUConfig, build_silu, promises=("elementwise", "compiles"))
     register("activation", "swiglu", SwiGLUConfig, build_swiglu, promises=("gated", "compiles"))
     register("activation", "geglu", GeGLUConfig, build_geglu, promises=("gated", "compiles"))
+    register("activation", "clamped_swiglu", ClampedSwiGLUConfig, build_clamped_swiglu, promises=("gated", "compiles"))

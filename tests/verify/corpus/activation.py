@@ -8,7 +8,7 @@ import blockspec_extras
 import torch
 import torch.nn.functional as F
 from attrs import frozen
-from blockspec_activations import GeGLUConfig, ReLUConfig, SiLUConfig, SwiGLUConfig
+from blockspec_activations import ClampedSwiGLUConfig, GeGLUConfig, ReLUConfig, SiLUConfig, SwiGLUConfig
 from blockspec_extras import SquaredReLUConfig
 from torch import nn
 
@@ -18,6 +18,7 @@ from tests.verify.corpus import DTYPES, Corpus, declared
 CORPUS = Corpus()
 SILU = declared(blockspec_activations, "activation", "silu")
 SWIGLU = declared(blockspec_activations, "activation", "swiglu")
+CLAMPED_SWIGLU = declared(blockspec_activations, "activation", "clamped_swiglu")
 GEGLU = declared(blockspec_activations, "activation", "geglu")
 SQUARED_RELU = declared(blockspec_extras, "activation", "squared_relu")
 SWISH = ("elementwise",)
@@ -130,6 +131,30 @@ def build_plain(cls: type) -> object:
 CORPUS.mutant("activation", "squared_relu_token_rms", SquaredReLUConfig, build_plain(RMSScaledSquaredReLU),
               like=SQUARED_RELU, catches="elementwise",
               bug="relu² divided by each token's RMS: every feature depends on all of them")
+class ClampedSwiGLUInterleaved(Activation):
+    gated = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = x[..., ::2], x[..., 1::2]  # BUG: gpt-oss's interleaved split, in a half-layout FFN
+        gate, value = gate.clamp(max=7.0), value.clamp(min=-7.0, max=7.0)
+        return gate * torch.sigmoid(1.702 * gate) * (value + 1)
+
+
+class ClampedSwiGLUWide(Activation):
+    gated = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, value = x.float().chunk(2, dim=-1)  # BUG: computed in float32 and never cast back
+        gate, value = gate.clamp(max=7.0), value.clamp(min=-7.0, max=7.0)
+        return gate * torch.sigmoid(1.702 * gate) * (value + 1)
+
+
+CORPUS.mutant("activation", "clamped_swiglu_interleaved", ClampedSwiGLUConfig,
+              build_plain(ClampedSwiGLUInterleaved), like=CLAMPED_SWIGLU, catches="gated",
+              bug="gate and value taken from alternate features, as gpt-oss's checkpoint lays them out, though "
+                  "the FFN's weights are halves")
+CORPUS.mutant("activation", "clamped_swiglu_wide", ClampedSwiGLUConfig, build_plain(ClampedSwiGLUWide),
+              like=CLAMPED_SWIGLU, catches=DTYPES, bug="computes half precision in float32 and returns float32")
 CORPUS.mutant("activation", "swiglu_token_chunks", SwiGLUConfig, build_plain(SwiGLUTokenChunks), like=SWIGLU,
               catches="gated", bug="chunk(2, dim=1) splits the tokens, not the gate from the value")
 CORPUS.mutant("activation", "geglu_unflagged", GeGLUConfig, build_plain(UnflaggedGeGLU), like=GEGLU,

@@ -58,12 +58,29 @@ def _first_leak(kept: torch.Tensor, expected: torch.Tensor, width: int) -> str:
 
 
 def check_gated(component: Component, case: Case, device: str) -> None:
-    """Takes 2·d_ff features and gives d_ff, whatever the flag says."""
+    """Takes 2·d_ff features and gives d_ff, whatever the flag says, in the half layout the FFN's and the
+    experts' weights assume: output j reads input j (its gate) and j + d_ff (its value) and nothing else."""
     built, _, _ = exercise(component, case, device)
     wide = torch.randn(case.batch, case.tokens, 2 * case.model.d_ff, generator=generator(case, 8))
     with torch.no_grad():
         out = built.module(wide.to(device=device, dtype=getattr(torch, case.dtype)))
     assert_shape(out, (case.batch, case.tokens, case.model.d_ff), f"gated activation of width {wide.shape[-1]}")
+    _check_half_layout(built.module, wide.to(device=device, dtype=out.dtype), case.model.d_ff)
+
+
+def _check_half_layout(module: torch.nn.Module, wide: torch.Tensor, d_ff: int) -> None:
+    """Moving input feature i changes no output but i mod d_ff (an interleaved split moves others)."""
+    with torch.no_grad():
+        base = module(wide)
+        for i in range(2 * d_ff):
+            moved = wide.clone()
+            moved[..., i] += 1.0
+            changed = (module(moved) - base).abs().flatten(0, -2).amax(dim=0) > 0  # (d_ff,)
+            changed[i % d_ff] = False
+            if bool(changed.any()):
+                raise AssertionError(f"input feature {i} of {2 * d_ff} moved output features "
+                                     f"{changed.nonzero().flatten().tolist()}: output j must read only features j "
+                                     "(its gate) and j + d_ff (its value), the half layout the weights assume")
 
 
 ACTIVATION = (
