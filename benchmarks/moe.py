@@ -74,6 +74,14 @@ def build_deepseek_pair(implementation: str | None, seed: int = 0):
     hf = DeepseekV3MoE(config)
     with torch.no_grad():
         ours.correction.normal_(0.0, 0.1)
+    copy_to_deepseek(ours, hf)
+    return ours, hf
+
+
+def copy_to_deepseek(ours, hf) -> None:
+    """blockspec-moe's weights into DeepseekV3MoE: the router and its correction, the stacked experts (the same
+    layout), and the shared expert's fused up split into gate_proj and up_proj."""
+    with torch.no_grad():
         hf.gate.weight.copy_(ours.router.weight)
         hf.gate.e_score_correction_bias.copy_(ours.correction)
         hf.experts.gate_up_proj.copy_(ours.up)
@@ -82,7 +90,6 @@ def build_deepseek_pair(implementation: str | None, seed: int = 0):
         hf.shared_experts.gate_proj.weight.copy_(gate)
         hf.shared_experts.up_proj.weight.copy_(up)
         hf.shared_experts.down_proj.weight.copy_(ours.shared.down.weight)
-    return ours, hf
 
 
 def hf_output(hf, x):

@@ -61,6 +61,10 @@ EXAMPLES = {  # family name -> a small config.json of it
                 "vocab_size": 50, "max_position_embeddings": 64, "no_rope_layer_interval": 2,
                 "use_sliding_window": True, "sliding_window": 16,  # layers 1 and 3: NoPE, and they slide
                 "pad_token_id": 0},  # the default pad id 128004 lies outside this vocabulary
+    "gemma3_text": {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 32,
+                    "intermediate_size": 48, "num_hidden_layers": 7, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 64,
+                    "sliding_window": 16, "query_pre_attn_scalar": 16, "rope_local_base_freq": 100.0},  # layer 5 global
 }
 NAMES = [family.name for family in FAMILIES]
 

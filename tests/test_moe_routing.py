@@ -35,6 +35,8 @@ def test_the_same_function_as_transformers_deepseek_v3_moe(registry, renormalize
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
 
+    from benchmarks.moe import copy_to_deepseek
+
     ours = mixture(registry, {**DEEPSEEK, "renormalize": renormalize})
     config = DeepseekV3Config(hidden_size=32, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
                               routed_scaling_factor=2.5, norm_topk_prob=renormalize, n_shared_experts=1,
@@ -44,14 +46,8 @@ def test_the_same_function_as_transformers_deepseek_v3_moe(registry, renormalize
         for p in ours.parameters():
             p.normal_(0.0, 0.3)
         ours.correction.normal_(0.0, 0.2)  # moved off zero, as balancing leaves it
-        theirs.gate.weight.copy_(ours.router.weight)
-        theirs.gate.e_score_correction_bias.copy_(ours.correction)
-        theirs.experts.gate_up_proj.copy_(ours.up)
-        theirs.experts.down_proj.copy_(ours.down)
-        gate, up = ours.shared.up.weight.chunk(2)  # the gated activation's gate half first
-        theirs.shared_experts.gate_proj.weight.copy_(gate)
-        theirs.shared_experts.up_proj.weight.copy_(up)
-        theirs.shared_experts.down_proj.weight.copy_(ours.shared.down.weight)
+    copy_to_deepseek(ours, theirs)
+    with torch.no_grad():
         x = torch.randn(3, 7, 32, dtype=torch.float64)
         torch.testing.assert_close(ours(x), theirs(x), atol=1e-5, rtol=1e-5)  # transformers routes in float32
 

@@ -80,7 +80,9 @@ class Expresses:
     ffn: Literal["dense", "moe"] = "dense"
     windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows (and NoPE below)
     nope_layers: bool = False  # [[layers]] may also skip RoPE (positional 'none'): SmolLM3's NoPE layers
+    layer_rope: bool = False  # [[layers]] may also change the RoPE table: one for the sliding layers (Gemma 3)
     qk_norm: Literal["none", "head", "all"] = "none"  # what every layer has (with the norms' eps)
+    qk_norm_offset: bool = False  # the q/k norms scale by (1 + w) (Gemma 3): the spec's must, or must not
     head_dim: bool = False  # a [model] head_dim other than d_model / n_heads
     grouped_kv: bool = True  # fewer kv heads than query heads
     fraction: bool = False  # partial RoPE ([positional] fraction, half layout)
@@ -94,7 +96,7 @@ class Expresses:
     def misfits(self, spec: ModelSpec) -> list[str]:
         """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
         return (_component_misfits(spec, self) + _model_misfits(spec, self) + _attention_misfits(spec, self)
-                + _layer_misfits(spec, self.windows, self.nope_layers))
+                + _layer_misfits(spec, self.windows, self.nope_layers, self.layer_rope))
 
 
 def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
@@ -208,7 +210,7 @@ def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     attention = spec.attention.config
     if not isinstance(attention, CausalAttentionConfig):
         return []
-    problems = _qk_norm_misfits(attention, has.qk_norm, getattr(spec.norm.config, "eps", None))
+    problems = _qk_norm_misfits(attention, has, getattr(spec.norm.config, "eps", None))
     if attention.logit_softcap is not None and not has.attention_softcap:
         problems.append(f"[attention] logit_softcap = {attention.logit_softcap}: the family has no attention "
                         "logit softcap")
@@ -220,26 +222,34 @@ def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     return problems
 
 
-def _qk_norm_misfits(attention: CausalAttentionConfig, kind: str, eps: float | None) -> list[str]:
-    if attention.qk_norm_offset:  # no exported family's q/k norms scale by 1 + w yet (Gemma 3's do)
+def _qk_norm_misfits(attention: CausalAttentionConfig, has: Expresses, eps: float | None) -> list[str]:
+    kind = has.qk_norm
+    if attention.qk_norm_offset and not has.qk_norm_offset:  # only Gemma 3's q/k norms scale by 1 + w
         return ["[attention] qk_norm_offset = true: the family's q/k norms scale by w"]
     if attention.qk_norm != kind:
         return [f"[attention] qk_norm = {attention.qk_norm!r}: the family has {QK_NORMS[kind]}"]
     if kind != "none" and attention.qk_norm_eps != eps:
         return [f"[attention] qk_norm_eps = {attention.qk_norm_eps}: the family's q/k norms use the norms' eps "
                 f"({eps})"]
+    if has.qk_norm_offset and not attention.qk_norm_offset:
+        return ["[attention] qk_norm_offset = false: the family's q/k norms scale by 1 + w"]
     return []
 
 
-def _layer_misfits(spec: ModelSpec, policy: WindowPolicy, nope_layers: bool = False) -> list[str]:
+def _layer_misfits(spec: ModelSpec, policy: WindowPolicy, nope_layers: bool = False,
+                   layer_rope: bool = False) -> list[str]:
     """Layers may differ in their attention's window alone (and, in a family with NoPE layers, in skipping
-    RoPE), and only as the family's config.json can say."""
-    varied = varied_layer(spec, nope_layers)
+    RoPE, or, in one with a local RoPE, in their RoPE table), and only as the family's config.json can say."""
+    varied = varied_layer(spec, nope_layers, layer_rope)
     if varied is not None:
-        beyond = "sliding_window and a positional 'none' (NoPE)" if nope_layers else "sliding_window"
-        alike = "the rest of every layer" if nope_layers else "every layer"
+        beyond = ("sliding_window and a positional 'none' (NoPE)" if nope_layers
+                  else "sliding_window and its RoPE table" if layer_rope else "sliding_window")
+        alike = "the rest of every layer" if nope_layers or layer_rope else "every layer"
         return [f"[[layers]]: layer {varied} differs from the model-wide tables beyond its attention's {beyond}: "
                 f"the family configures {alike} alike"]
+    kinds = _ropes_by_kind(spec) if layer_rope else []
+    if kinds:
+        return kinds
     found = windows_of(spec)
     widths = sorted({w for w in found if w is not None})
     if policy == "none" and widths:
@@ -251,6 +261,25 @@ def _layer_misfits(spec: ModelSpec, policy: WindowPolicy, nope_layers: bool = Fa
         return ["[attention] sliding_window on some layers ([[layers]]): the family's sliding_window applies to "
                 "every layer"]
     return []
+
+
+def _ropes_by_kind(spec: ModelSpec) -> list[str]:
+    """The sliding layers share one RoPE table, and the full-attention layers one (perhaps another)."""
+    windows = windows_of(spec)
+    for kind, slides in (("sliding", True), ("full-attention", False)):
+        tables: list[ComponentSpec] = []
+        for i in (i for i, w in enumerate(windows) if (w is not None) == slides):
+            tables += [] if spec.layer(i).positional in tables else [spec.layer(i).positional]
+        if len(tables) > 1:
+            return [f"[[layers]] positional: the {kind} layers rotate with {len(tables)} different RoPE tables: the "
+                    "family has one for its sliding layers and one for its full-attention layers"]
+    return []
+
+
+def rope_of(positional: ComponentSpec) -> bool:
+    """Whether a layer's positional is blockspec-positional's 'rope' (which a layer may vary in a family with a
+    local RoPE)."""
+    return positional.name == "rope" and positional.distribution in (None, "blockspec-positional")
 
 
 def windows_of(spec: ModelSpec) -> list[int | None]:
@@ -268,17 +297,17 @@ def rope_free_layers(spec: ModelSpec) -> list[int]:
     return [i for i in range(spec.model.n_layers) if rope_free(spec.layer(i).positional)]
 
 
-def varied_layer(spec: ModelSpec, nope_layers: bool = False) -> int | None:
+def varied_layer(spec: ModelSpec, nope_layers: bool = False, layer_rope: bool = False) -> int | None:
     """The first layer that differs from the model-wide tables in more than its attention's window (and, with
-    ``nope_layers``, than a positional 'none')."""
+    ``nope_layers``, than a positional 'none'; with ``layer_rope``, than its RoPE table)."""
     if not spec.layers:
         return None
     model_wide = _windowless(LayerSpec(block=spec.block, attention=spec.attention, ffn=spec.ffn, norm=spec.norm,
                                        activation=spec.activation, positional=spec.positional))
 
     def compared(layer: LayerSpec) -> LayerSpec:
-        roped = evolve(layer, positional=spec.positional) if nope_layers and rope_free(layer.positional) else layer
-        return _windowless(roped)
+        free = nope_layers and rope_free(layer.positional) or layer_rope and rope_of(layer.positional)
+        return _windowless(evolve(layer, positional=spec.positional) if free else layer)
 
     return next((i for i in range(spec.model.n_layers) if compared(spec.layer(i)) != model_wide), None)
 

@@ -53,7 +53,7 @@ def _attention_json(spec: ModelSpec) -> dict[str, Any]:
             "attn_logit_softcapping": spec.attention.config.logit_softcap}
 
 
-def _scale_misfits(spec: ModelSpec) -> list[str]:
+def scale_misfits(spec: ModelSpec) -> list[str]:
     scale = getattr(spec.attention.config, "query_scale", None)
     if scale is not None and abs(scale**-2 - round(scale**-2)) > 1e-6 * scale**-2:
         return [f"[attention] query_scale = {scale}: the family's is query_pre_attn_scalar^-1/2 for an integer "
@@ -97,15 +97,15 @@ def _windows(r: ConfigReader, n_layers: int | None, attention: dict[str, Any]) -
     if not windows:
         return None, []
     common = Counter(windows).most_common(1)[0][0]  # ties: layer 0's, the first seen
-    period = _period(windows)
-    if period < len(windows):
-        return common, [{"every": period, "offset": j, "attention": _override(windows[j], attention)}
-                        for j in range(period) if windows[j] != common]
+    p = period(windows)
+    if p < len(windows):
+        return common, [{"every": p, "offset": j, "attention": _override(windows[j], attention)}
+                        for j in range(p) if windows[j] != common]
     others = [i for i, w in enumerate(windows) if w != common]
     return common, ([{"index": others, "attention": _override(windows[others[0]], attention)}] if others else [])
 
 
-def _period(windows: list[int | None]) -> int:
+def period(windows: list[Any]) -> int:
     """The shortest p with windows[i] == windows[i % p] for every layer (2 for Gemma 2's alternation)."""
     return next(p for p in range(1, len(windows) + 1) if all(w == windows[i % p] for i, w in enumerate(windows)))
 
@@ -131,7 +131,7 @@ def _layer_windows(r: ConfigReader, n_layers: int) -> list[int | None]:
     return [window if kind == SLIDING else None for kind in types]
 
 
-def _windows_json(spec: ModelSpec) -> dict[str, Any]:
+def windows_json(spec: ModelSpec) -> dict[str, Any]:
     windows = windows_of(spec)
     # transformers builds the sliding mask even when no layer slides, and fails without a window
     return {"sliding_window": next((w for w in windows if w is not None), spec.model.context_length),
@@ -146,11 +146,11 @@ TABLE = gemma_shared.BASE.but(
     accepted("hidden_act"),
     Key(name="hidden_activation", read=_approximate, write=_activation_json,
         expresses={"activations": ("geglu-tanh", "geglu-none")}),
-    Key(name="query_pre_attn_scalar", read=_attention, write=_attention_json, misfits=_scale_misfits,
+    Key(name="query_pre_attn_scalar", read=_attention, write=_attention_json, misfits=scale_misfits,
         expresses={"attention_softcap": True, "query_scale": True}),  # attn_logit_softcapping too
     Key(name="final_logit_softcapping", read=_head, expresses={"head_softcap": True},
         write=lambda spec: {"final_logit_softcapping": spec.head.config.logit_softcap}),
-    Key(name="sliding_window", read=_read_windows, write=_windows_json, expresses={"windows": "per_layer"}),
+    Key(name="sliding_window", read=_read_windows, write=windows_json, expresses={"windows": "per_layer"}),
     # cache_implementation picks generate's cache class; sliding_window_size, in some released configs, no
     # transformers release reads (the window is sliding_window)
     accepted("cache_implementation"), accepted("sliding_window_size"),

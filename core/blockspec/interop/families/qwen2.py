@@ -30,10 +30,12 @@ def _windows(r: ConfigReader, n_layers: int | None) -> Windows:
     types = r.get("layer_types", list, None)
     if types is None:
         return [window if window is not None and i >= first else None for i in range(n)]
-    return _typed_windows(r, types, window, n)
+    return typed_windows(r, types, window, n)
 
 
-def _typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_layers: int) -> Windows:
+def typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_layers: int) -> Windows:
+    """Each layer's window from ``layer_types`` (full or sliding), refused at the key where it cannot be one:
+    an unknown type, the wrong length, sliding layers without a window (Qwen2's and SmolLM3's rule)."""
     unknown = [t for t in types if not isinstance(t, str) or t not in LAYER_TYPES]  # a list or a table too
     if unknown:
         r.problem("layer_types", f"unsupported layer type {unknown[0]!r:.40}", "expected full_attention or "
@@ -41,8 +43,9 @@ def _typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_laye
     elif len(types) != n_layers:
         r.problem("layer_types", f"{len(types)} entries for num_hidden_layers = {n_layers}")
     elif window is None and "sliding_attention" in types:
-        r.problem("layer_types", "sliding_attention layers without a window", "transformers cannot build it: "
-                  "use_sliding_window is false or sliding_window null")
+        r.problem("layer_types", "sliding_attention layers without a window", "transformers cannot build them: "
+                  "use_sliding_window is false (its mask slides, its flash attention does not) or sliding_window "
+                  "is null")
     else:
         return [window if LAYER_TYPES[t] else None for t in types]
     return [None] * n_layers

@@ -17,13 +17,13 @@ from blockspec.interop.config_reader import ConfigReader
 from blockspec.interop.config_table import Document, Key, accepted, put, table_family, tied
 from blockspec.interop.family import rope_free_layers, windows_of
 from blockspec.interop.families import llama, llama_like
+from blockspec.interop.families.qwen2 import typed_windows
 from blockspec.spec.schema import ModelSpec
 
 ARCHITECTURE = "SmolLM3ForCausalLM"
 DEFAULT_BASE = 2e6  # SmolLM3Config.default_theta: the rope base when no place gives one
 DEFAULT_KV_HEADS = 4  # SmolLM3Config's num_key_value_heads when absent (null: num_attention_heads)
 DEFAULT_INTERVAL = 4  # SmolLM3Config's no_rope_layer_interval
-LAYER_TYPES = {"full_attention": False, "attention": False, "sliding_attention": True}  # "attention": older name
 Windows = list[int | None]  # each layer's sliding window, None: full causal attention
 
 
@@ -91,23 +91,7 @@ def _windows(r: ConfigReader, rotating: list[bool]) -> Windows:
     types = r.get("layer_types", list, None)
     if types is None:
         return [None if rotates else window for rotates in rotating]
-    return _typed_windows(r, types, window, len(rotating))
-
-
-def _typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_layers: int) -> Windows:
-    unknown = [t for t in types if not isinstance(t, str) or t not in LAYER_TYPES]
-    if unknown:
-        r.problem("layer_types", f"unsupported layer type {unknown[0]!r:.40}", "SmolLM3 has full_attention and "
-                  "sliding_attention layers")
-    elif len(types) != n_layers:
-        r.problem("layer_types", f"{len(types)} entries for num_hidden_layers = {n_layers}")
-    elif window is None and "sliding_attention" in types:
-        r.problem("layer_types", "sliding_attention layers without a window", "with use_sliding_window false, "
-                  "transformers' mask slides and its flash attention does not; with sliding_window null, it "
-                  "cannot build them")
-    else:
-        return [window if LAYER_TYPES[t] else None for t in types]
-    return [None] * n_layers
+    return typed_windows(r, types, window, len(rotating))
 
 
 def _selector(layers: list[int], n_layers: int) -> dict[str, Any]:
