@@ -25,7 +25,8 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 DOCS = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "docs").glob("*.md")}
 CATALOGUE = tomllib.loads((ROOT / "registry.toml").read_text(encoding="utf-8"))["distributions"]
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
-           "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15}
+           "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+           "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20}
 
 
 def stated_counts(noun: str) -> list[tuple[str, int]]:

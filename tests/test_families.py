@@ -56,6 +56,17 @@ EXAMPLES = {  # family name -> a small config.json of it
     "mixtral": {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 32,
                 "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "vocab_size": 50, "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "olmo": {"architectures": ["OlmoForCausalLM"], "model_type": "olmo", "hidden_size": 32, "intermediate_size": 48,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 50,
+             "max_position_embeddings": 64, "attention_bias": True},
+    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 32,
+               "ffn_hidden_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 50,
+               "max_position_embeddings": 64, "bias": True},  # Falcon-7B's layer: one norm, multi-query
+    "qwen3_moe": {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+                  "intermediate_size": 40, "moe_intermediate_size": 24, "num_hidden_layers": 2,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 50,
+                  "max_position_embeddings": 64, "num_experts": 4, "num_experts_per_tok": 2,
+                  "norm_topk_prob": True},
     "smollm3": {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 32,
                 "intermediate_size": 48, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "vocab_size": 50, "max_position_embeddings": 64, "no_rope_layer_interval": 2,
@@ -65,6 +76,10 @@ EXAMPLES = {  # family name -> a small config.json of it
                     "intermediate_size": 48, "num_hidden_layers": 7, "num_attention_heads": 4,
                     "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 64,
                     "sliding_window": 16, "query_pre_attn_scalar": 16, "rope_local_base_freq": 100.0},  # layer 5 global
+    "gpt_oss": {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 32,
+                "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 64, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "sliding_window": 16, "pad_token_id": 0},  # layer 0 slides
 }
 NAMES = [family.name for family in FAMILIES]
 

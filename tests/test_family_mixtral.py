@@ -10,7 +10,7 @@ from safetensors import safe_open
 import blockspec
 from blockspec.assembly.counting import count_parameters
 from blockspec.errors import CheckpointError
-from blockspec.interop.families import family_for
+from blockspec.interop.families import family_for, family_named
 from blockspec.interop.hf_config import spec_dict
 from blockspec.interop.weight_map import Rule, per_expert, to_blockspec, to_hf
 
@@ -94,12 +94,17 @@ def test_keys_it_cannot_express_are_refused_at_the_key(change, key):
     assert len(message.splitlines()) == 1 and f"config.json: {key}: " in message
 
 
-def test_export_refuses_moe_that_mixtral_does_not_route(registry):
+@pytest.mark.parametrize("option", [{"renormalize": False}, {"scoring": "sigmoid"}, {"router_bias": True},
+                                    {"routed_scaling": 2.5}, {"correction_bias": True}, {"n_shared_experts": 1}])
+def test_export_refuses_moe_that_mixtral_does_not_route(option, registry):
     document = spec_dict({"architectures": ["MixtralForCausalLM"], **SMALL, "vocab_size": 50}, file="c", name="m")
-    document["ffn"] = {**document["ffn"], "renormalize": False}
+    document["ffn"] = {**document["ffn"], **option}
     spec = blockspec.structure_spec(document, registry)
-    with pytest.raises(CheckpointError, match="as Mixtral: .*renormalize = true"):
-        family_for(spec)
+    (name, value), = option.items()
+    assert any(f"{name} = " in p and name in p for p in family_named("mixtral").misfits(spec))
+    if name != "router_bias":  # gpt-oss's router has a bias: it takes that one
+        with pytest.raises(CheckpointError, match=f"as Mixtral: .*{name}"):
+            family_for(spec)
 
 
 def test_stacking_rule_stacks_each_experts_concatenation_both_ways():

@@ -99,6 +99,15 @@ def test_the_cache_holds_the_latent_and_one_rotary_key_per_token(registry):
         2 * 2 * 2 * SIZES["head_dim"]
 
 
+def test_generation_sizes_its_memory_check_by_the_latent_cache(registry):
+    from blockspec.assembly.memory import generation_estimate
+
+    model = blockspec.build(spec_of(registry=registry), registry=registry, seed=0)
+    estimate = generation_estimate(model, batch=3, queries=1, length=10, cached=True)
+    cache = next(part for part in estimate.parts if part.what == "KV cache")
+    assert cache.bytes == 3 * 10 * 2 * (MLA["kv_lora_rank"] + SIZES["head_dim"]) * 4  # B·T·layers·(r + hs)·float32
+
+
 def test_the_count_is_the_closed_form(registry):
     d, h, rope, nope, v, r, q = 32, 4, 8, 16, 10, 12, 6
     attention = d * q + q + q * h * (nope + rope) + d * (r + rope) + r + r * h * (nope + v) + h * v * d

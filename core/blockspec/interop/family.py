@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 from attrs import evolve, field, frozen
@@ -61,6 +62,7 @@ BIAS_PATTERNS: dict[str, tuple[Callable[[bool, bool, bool], bool], str]] = {  # 
 }
 BLOCK_NAMES = {"parallel": "'parallel' (two norms)"}  # how a misfit names a block layout, when not by its name
 SHARED_BLOCK_NAMES = {"parallel": "'parallel' with shared_norm (one norm)"}  # ... in a family with one norm (Phi)
+EITHER_BLOCK_NAMES = {"parallel": "'parallel' (one norm or two)"}  # ... in a family with either (Falcon)
 FFNS = {"dense": ("blockspec", "'dense'"), "moe": ("blockspec-moe", "blockspec-moe's 'moe'")}  # distribution, name
 QK_NORMS = {"none": "no q/k norm", "head": "q/k norms over each head ('head')",
             "all": "q/k norms over all heads' width ('all')"}
@@ -71,12 +73,13 @@ class Expresses:
     """What one family's config.json can say, for its export checks (``misfits``): a spec that sets
     anything else is refused, by the spec key, with what the family has instead."""
 
-    norm: Literal["rmsnorm", "layernorm"]  # a layernorm has a weight and a bias
+    norm: Literal["rmsnorm", "layernorm"]  # a layernorm has a weight and a bias (unless not norm_affine)
     activations: tuple[str, ...]  # "swiglu", "gelu" (any approximation), "geglu-tanh" (that one)
     biases: BiasPattern = "none"  # which of qkv, out and the MLP have biases, and which agree
     positional: Literal["rope", "learned"] = "rope"
     blocks: tuple[str, ...] = ("pre",)  # block layouts: the core's pre, blockspec-blocks' others
     shared_norm: bool = False  # the parallel block's one norm feeds both sublayers (Phi): it must, or must not
+    either_norm: bool = False  # the parallel block may have one norm or two (Falcon): shared_norm is not checked
     ffn: Literal["dense", "moe"] = "dense"
     windows: WindowPolicy = "none"  # [[layers]] may differ in nothing but these sliding windows (and NoPE below)
     nope_layers: bool = False  # [[layers]] may also skip RoPE (positional 'none'): SmolLM3's NoPE layers
@@ -92,6 +95,8 @@ class Expresses:
     query_scale: bool = False  # a score scale other than 1/sqrt(head_dim)
     head_softcap: bool = False
     head_bias: bool = False  # the output layer has a bias (Phi)
+    norm_affine: bool = True  # False: the layernorm has neither weight nor bias (OLMo): the spec's must not either
+    sinks: bool = False  # the attention has a learned sink logit per head (gpt-oss): it must, or must not
 
     def misfits(self, spec: ModelSpec) -> list[str]:
         """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
@@ -103,8 +108,10 @@ def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     problems = [f"{kind} is {getattr(spec, kind).name!r}, expected {name!r}"
                 for kind, name in (("head", "lm"), ("attention", "causal"), ("positional", has.positional))
                 if getattr(spec, kind).name != name]
-    problems += _block_misfits(spec.block, has.blocks, has.shared_norm) + _ffn_misfits(spec.ffn, has.ffn)
-    problems += _norm_misfits(spec.norm, has.norm) + _activation_misfits(spec.activation, has.activations)
+    problems += _block_misfits(spec.block, has.blocks, has.shared_norm, has.either_norm)
+    problems += _ffn_misfits(spec.ffn, has.ffn)
+    problems += _norm_misfits(spec.norm, has.norm, has.norm_affine)
+    problems += _activation_misfits(spec.activation, has.activations)
     if not spec.model.has_final_norm:
         problems.append("[model] final_norm = false: the family's stack ends with a norm")
     if spec.adapters:  # the family's weights are plain linear layers: an adapter must be folded into them first
@@ -113,15 +120,39 @@ def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     return problems
 
 
-def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...], shared_norm: bool = False) -> list[str]:
+def _block_misfits(block: ComponentSpec, layouts: tuple[str, ...], shared_norm: bool = False,
+                   either_norm: bool = False) -> list[str]:
     shared = getattr(block.config, "shared_norm", False)
     known = block.distribution in (None, "blockspec", "blockspec-blocks")
-    if block.name in layouts and known and shared == shared_norm:
+    if block.name in layouts and known and (shared == shared_norm or either_norm):
         return []
+    if either_norm:
+        return [f"block is {block.use!r}, expected " + either(EITHER_BLOCK_NAMES.get(n, repr(n)) for n in layouts)]
     unshared = shared_norm and block.name == "parallel"
     found = " with shared_norm" if shared else " without shared_norm" if unshared else ""
     names = SHARED_BLOCK_NAMES if shared_norm else BLOCK_NAMES
     return [f"block is {block.use!r}{found}, expected " + either(names.get(name, repr(name)) for name in layouts)]
+
+
+# blockspec-moe's routing options a plain softmax top-k over routed experts lacks, each with its one value
+SOFTMAX_TOP_K: Mapping[str, Any] = MappingProxyType({
+    "n_shared_experts": 0, "scoring": "softmax", "n_group": 1, "topk_group": 1, "routed_scaling": 1.0,
+    "correction_bias": False, "router_bias": False})
+
+
+def moe_option_misfits(spec: ModelSpec, expected: Mapping[str, Any], routes: str) -> list[str]:
+    """The blockspec-moe options the family's router cannot say (``expected``: each option's one value, and
+    expert_d_ff = d_ff where given); none when the ffn is not blockspec-moe's (that is its own misfit)."""
+    ffn = spec.ffn
+    if ffn.name != "moe" or ffn.distribution not in (None, "blockspec-moe"):
+        return []
+    changed = [name for name, value in expected.items() if getattr(ffn.config, name, value) != value]
+    if "expert_d_ff" in expected and ffn.config.expert_d_ff in (None, spec.model.d_ff):
+        changed = [name for name in changed if name != "expert_d_ff"]
+    if not changed:
+        return []
+    wanted = ", ".join("expert_d_ff = d_ff" if n == "expert_d_ff" else f"{n} = {expected[n]!r}" for n in changed)
+    return [f"[ffn] {', '.join(changed)}: {routes} (expected {wanted})"]
 
 
 def _ffn_misfits(ffn: ComponentSpec, kind: str) -> list[str]:
@@ -131,9 +162,12 @@ def _ffn_misfits(ffn: ComponentSpec, kind: str) -> list[str]:
     return [f"ffn is {ffn.use!r}, expected {named}"]
 
 
-def _norm_misfits(norm: ComponentSpec, name: str) -> list[str]:
+def _norm_misfits(norm: ComponentSpec, name: str, affine_expected: bool = True) -> list[str]:
     if norm.name != name:
         return [f"norm is {norm.name!r}, expected {name!r}"]
+    if name == "layernorm" and not affine_expected:
+        return (["[norm] elementwise_affine = true: expected norm 'layernorm' without weight or bias "
+                 "(elementwise_affine = false)"] if getattr(norm.config, "elementwise_affine", True) else [])
     affine = getattr(norm.config, "elementwise_affine", False) and getattr(norm.config, "bias", False)
     if name == "layernorm" and not affine:
         return ["[norm] elementwise_affine, bias: expected norm 'layernorm' with weight and bias"]
@@ -217,8 +251,9 @@ def _attention_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     scale = attention.query_scale
     if scale is not None and not has.query_scale and not math.isclose(scale, spec.model.head_dim**-0.5):
         problems.append(f"[attention] query_scale = {scale}: the family scales scores by 1/sqrt(head_dim)")
-    if attention.sinks:  # no exported family has attention sinks yet (gpt-oss does)
-        problems.append("[attention] sinks = true: the family's attention has no sink logits")
+    if attention.sinks != has.sinks:
+        problems.append("[attention] sinks = true: the family's attention has no sink logits" if attention.sinks
+                        else "[attention] sinks = false: the family's attention has a sink logit per head")
     return problems
 
 

@@ -6,8 +6,11 @@ A rule says how the blockspec tensor ``target`` is made of the Hugging Face tens
 2. with ``regroup = (a, b)``, dim 0 of that, seen as (a, b, rest), is reordered to (b, a, rest):
    GPT-NeoX keeps q, k, v per head, rows (heads, 3, head_dim), where blockspec's qkv is
    (3, heads, head_dim);
-3. the result is transposed if ``transpose`` (GPT-2's Conv1D stores (in, out));
-4. with ``stack = n``, the sources are n equal groups, one after another, each made as above,
+3. the result is transposed if ``transpose`` (GPT-2's Conv1D stores (in, out); for a stacked 3-D source,
+   its last two dims);
+4. with ``interleave = dim``, the pairs Hugging Face interleaves along that dim (gpt-oss's gate_up:
+   g0, u0, g1, u1, ...) become the two halves blockspec keeps (g0, g1, ..., u0, u1, ...);
+5. with ``stack = n``, the sources are n equal groups, one after another, each made as above,
    and the n results are stacked along a new dim 0 (Mixtral's experts: w1, w3 of each expert
    -> blockspec's up (n_experts, 2·d_ff, d)).
 """
@@ -28,6 +31,7 @@ class Rule:
     transpose: bool = False
     regroup: tuple[int, int] | None = None  # (a, b): HF rows (a, b, rest) are blockspec rows (b, a, rest)
     stack: int = 0  # > 0: that many groups of sources, stacked along a new dim 0
+    interleave: int | None = None  # the dim (after any transpose) whose pairs HF interleaves and blockspec halves
 
     def __attrs_post_init__(self) -> None:
         if self.stack and len(self.sources) % self.stack:
@@ -61,6 +65,18 @@ def per_expert(target: str, sources: Iterable[Iterable[str]], sizes: Iterable[in
                 stack=len(groups))
 
 
+def interleaved(target: str, source: str, dim: int, *, transpose: bool = False) -> Rule:
+    """One source whose pairs along ``dim`` (after the transpose) are blockspec's two halves, interleaved."""
+    return Rule(target=target, sources=(source,), transpose=transpose, interleave=dim)
+
+
+def _halves(tensor: torch.Tensor, dim: int, *, undo: bool = False) -> torch.Tensor:
+    """Pairs interleaved along ``dim`` -> the two halves, one after the other (``undo``: back again)."""
+    at = dim % tensor.dim()
+    grouped = tensor.unflatten(at, (2, -1) if undo else (-1, 2))  # (..., n, 2, ...) or (..., 2, n, ...)
+    return grouped.transpose(at, at + 1).flatten(at, at + 1)
+
+
 def _swap_blocks(tensor: torch.Tensor, first: int, second: int) -> torch.Tensor:
     """Dim 0 seen as (first, second, rest) -> reordered (second, first, rest), flattened back."""
     blocks = tensor.unflatten(0, (first, second, -1))  # (first, second, rest, ...)
@@ -72,12 +88,14 @@ def _build(rule: Rule, parts: list[torch.Tensor]) -> torch.Tensor:
     tensor = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
     if rule.regroup is not None:
         tensor = _swap_blocks(tensor, *rule.regroup)
-    return tensor.t() if rule.transpose else tensor  # Conv1D (in, out) -> Linear (out, in)
+    tensor = tensor.transpose(-2, -1) if rule.transpose else tensor  # Conv1D (in, out) -> Linear (out, in)
+    return tensor if rule.interleave is None else _halves(tensor, rule.interleave)
 
 
 def _unbuild(rule: Rule, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """One group's blockspec tensor -> its HF tensors: ``_build`` undone."""
-    tensor = tensor.t() if rule.transpose else tensor  # Linear (out, in) -> Conv1D (in, out)
+    tensor = tensor if rule.interleave is None else _halves(tensor, rule.interleave, undo=True)
+    tensor = tensor.transpose(-2, -1) if rule.transpose else tensor  # Linear (out, in) -> Conv1D (in, out)
     if rule.regroup is not None:
         first, second = rule.regroup
         tensor = _swap_blocks(tensor, second, first)
@@ -90,7 +108,7 @@ def output_rows(rule: Rule, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
     ValueError for a rule whose sources do not each hold whole output rows (stacked experts, a transposed
     weight that is also split or regrouped)."""
-    if rule.stack or rule.transpose and (rule.sizes or rule.regroup):
+    if rule.stack or rule.interleave is not None or rule.transpose and (rule.sizes or rule.regroup):
         raise ValueError("its Hugging Face tensors do not hold whole output rows of it")
     return _unbuild(evolve(rule, transpose=False), rows)
 

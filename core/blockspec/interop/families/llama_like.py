@@ -190,6 +190,9 @@ def rules(spec: ModelSpec, norms: Norms = PRE_NORMS, *, attention: SublayerRules
 
 
 def norm_rules(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
+    """A norm's weight (and a LayerNorm's bias); none for a LayerNorm without either (OLMo's)."""
+    if spec.norm.name == "layernorm" and not getattr(spec.norm.config, "elementwise_affine", True):
+        return []
     found = [same(f"{ours}.weight", f"{theirs}.weight")]
     if spec.norm.name == "layernorm" and getattr(spec.norm.config, "bias", False):
         found.append(same(f"{ours}.bias", f"{theirs}.bias"))

@@ -14,6 +14,7 @@ from blockspec.spec.schema import ModelSpec
 from blockspec.interop.config_reader import ConfigReader, rope
 from blockspec.interop.config_table import Document, Key, mapped, table_family
 from blockspec.interop.families import llama_like
+from blockspec.interop.family import SOFTMAX_TOP_K, moe_option_misfits
 from blockspec.interop.weight_map import Rule, per_expert, same
 
 ARCHITECTURE = "MixtralForCausalLM"
@@ -40,15 +41,11 @@ def _positional(r: ConfigReader, document: Document, title: str) -> None:
 
 
 def _routing_misfits(spec: ModelSpec) -> list[str]:
-    """blockspec-moe's ffn as Mixtral routes: renormalised top-k, routed experts of intermediate_size only."""
-    ffn = spec.ffn
-    if ffn.name != "moe" or ffn.distribution not in (None, "blockspec-moe"):
-        return []  # the ffn itself is the misfit
-    moe = ffn.config
-    if moe.renormalize and not moe.n_shared_experts and moe.expert_d_ff in (None, spec.model.d_ff):
-        return []
-    return ["[ffn] expected renormalize = true, no shared experts and expert_d_ff = d_ff: Mixtral renormalises "
-            "the top-k weights and has only routed experts of intermediate_size"]
+    """blockspec-moe's ffn as Mixtral routes: renormalised softmax top-k, routed experts of intermediate_size only
+    (none of DeepSeek's or gpt-oss's options)."""
+    expected = {**SOFTMAX_TOP_K, "renormalize": True, "expert_d_ff": None}
+    return moe_option_misfits(spec, expected, "Mixtral renormalises a softmax top-k over routed experts of "
+                                               "intermediate_size alone")
 
 
 TABLE = llama_like.BASE.but(

@@ -52,15 +52,18 @@ def typed_windows(r: ConfigReader, types: list[Any], window: int | None, n_layer
 
 
 def _read_windows(r: ConfigReader, document: Document, title: str) -> None:
+    place_windows(document, _windows(r, document["model"]["n_layers"]))
+
+
+def place_windows(document: Document, windows: Windows, selector=None) -> None:
     """The windows in [attention] when every layer slides, else a [[layers]] rule adding the window to the
-    sliding ones (one width, as transformers has)."""
-    windows = _windows(r, document["model"]["n_layers"])
+    sliding ones (one width, as transformers has), selected by ``selector`` (default: a run, or the index)."""
     sliding = [i for i, w in enumerate(windows) if w is not None]
     if sliding and len(sliding) == len(windows):
         document["attention"]["sliding_window"] = windows[0]
     elif sliding:
-        rule = {**_selector(sliding, len(windows)), "attention": {"sliding_window": windows[sliding[0]]}}
-        document["layers"] = [rule]
+        chosen = (selector or _selector)(sliding, len(windows))
+        document["layers"] = [{**chosen, "attention": {"sliding_window": windows[sliding[0]]}}]
 
 
 def _selector(layers: list[int], n_layers: int) -> dict[str, Any]:

@@ -94,7 +94,7 @@ def _windows(r: ConfigReader, rotating: list[bool]) -> Windows:
     return typed_windows(r, types, window, len(rotating))
 
 
-def _selector(layers: list[int], n_layers: int) -> dict[str, Any]:
+def layer_selector(layers: list[int], n_layers: int) -> dict[str, Any]:
     """every/offset for every k-th layer from one on to the end (SmolLM3's every fourth), else the index list."""
     step = layers[1] - layers[0] if len(layers) > 1 else 0
     if step and layers == list(range(layers[0], n_layers, step)):
@@ -109,11 +109,11 @@ def _read_layers(r: ConfigReader, document: Document, title: str) -> None:
     windows = _windows(r, rotating)
     nope = [i for i, rotates in enumerate(rotating) if not rotates]
     sliding = [i for i, w in enumerate(windows) if w is not None]
-    rules = [{**_selector(nope, len(rotating)), "positional": {"use": "none"}}] if nope else []
+    rules = [{**layer_selector(nope, len(rotating)), "positional": {"use": "none"}}] if nope else []
     if sliding and len(sliding) == len(windows):
         document["attention"]["sliding_window"] = windows[0]
     elif sliding:
-        rules.append({**_selector(sliding, len(windows)), "attention": {"sliding_window": windows[sliding[0]]}})
+        rules.append({**layer_selector(sliding, len(windows)), "attention": {"sliding_window": windows[sliding[0]]}})
     if rules:
         document["layers"] = rules
 
