@@ -80,6 +80,12 @@ EXAMPLES = {  # family name -> a small config.json of it
                 "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "head_dim": 8, "vocab_size": 50, "max_position_embeddings": 64, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "sliding_window": 16, "pad_token_id": 0},  # layer 0 slides
+    "deepseek_v3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 32,
+                    "intermediate_size": 40, "moe_intermediate_size": 16, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                    "n_group": 4, "topk_group": 2, "kv_lora_rank": 12, "q_lora_rank": 6, "qk_rope_head_dim": 8,
+                    "qk_nope_head_dim": 16, "v_head_dim": 10, "first_k_dense_replace": 1, "vocab_size": 50,
+                    "max_position_embeddings": 64},  # layer 0 dense, layer 1 routed
 }
 NAMES = [family.name for family in FAMILIES]
 

@@ -160,9 +160,17 @@ def additive_signal(model: Transformer, n_positions: int) -> torch.Tensor:
         return positional.embed(zeros).squeeze(0).float().cpu()  # (P, d)
 
 
+def rotated_width(model: Transformer) -> int:
+    """The width the encoder's rotate() takes: [model] head_dim (a latent attention's heads are wider, and only
+    this part of them turns), else the first attention's head_dim."""
+    if model.spec is not None:
+        return model.spec.model.head_dim
+    return model.blocks[0].attn.head_dim if len(model.blocks) else model.embedding.embedding_dim
+
+
 def rotation_angles(model: Transformer, n_positions: int) -> torch.Tensor:
     """(P, hs): arccos of the diagonal of each position's rotation, from ``rotate`` alone (any layout)."""
-    head_dim = model.blocks[0].attn.head_dim if len(model.blocks) else model.embedding.embedding_dim
+    head_dim = rotated_width(model)
     device = model.embedding.weight.device
     basis = torch.eye(head_dim, device=device)[:, None, None, :].expand(head_dim, 1, n_positions, head_dim)
     with torch.no_grad():

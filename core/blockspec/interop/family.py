@@ -97,16 +97,18 @@ class Expresses:
     head_bias: bool = False  # the output layer has a bias (Phi)
     norm_affine: bool = True  # False: the layernorm has neither weight nor bias (OLMo): the spec's must not either
     sinks: bool = False  # the attention has a learned sink logit per head (gpt-oss): it must, or must not
+    attention: Literal["causal", "mla"] = "causal"  # the core's attention, or blockspec-attention's mla (DeepSeek)
+    dense_first: bool = False  # [[layers]] may give the first layers the core's dense FFN (first_k_dense_replace)
 
     def misfits(self, spec: ModelSpec) -> list[str]:
         """Why ``spec`` cannot be exported as a family that expresses this, one phrase each; empty: it can."""
         return (_component_misfits(spec, self) + _model_misfits(spec, self) + _attention_misfits(spec, self)
-                + _layer_misfits(spec, self.windows, self.nope_layers, self.layer_rope))
+                + _layer_misfits(spec, self.windows, self.nope_layers, self.layer_rope, self.dense_first))
 
 
 def _component_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
     problems = [f"{kind} is {getattr(spec, kind).name!r}, expected {name!r}"
-                for kind, name in (("head", "lm"), ("attention", "causal"), ("positional", has.positional))
+                for kind, name in (("head", "lm"), ("attention", has.attention), ("positional", has.positional))
                 if getattr(spec, kind).name != name]
     problems += _block_misfits(spec.block, has.blocks, has.shared_norm, has.either_norm)
     problems += _ffn_misfits(spec.ffn, has.ffn)
@@ -272,14 +274,19 @@ def _qk_norm_misfits(attention: CausalAttentionConfig, has: Expresses, eps: floa
 
 
 def _layer_misfits(spec: ModelSpec, policy: WindowPolicy, nope_layers: bool = False,
-                   layer_rope: bool = False) -> list[str]:
+                   layer_rope: bool = False, dense_first: bool = False) -> list[str]:
     """Layers may differ in their attention's window alone (and, in a family with NoPE layers, in skipping
-    RoPE, or, in one with a local RoPE, in their RoPE table), and only as the family's config.json can say."""
-    varied = varied_layer(spec, nope_layers, layer_rope)
+    RoPE, in one with a local RoPE, in their RoPE table, in one with dense first layers, in a dense FFN on
+    the first layers), and only as the family's config.json can say."""
+    dense = dense_layers(spec) if dense_first else []
+    if dense and dense != list(range(len(dense))):
+        return [f"[[layers]] ffn: the dense layers {dense} are not the first ones: the family's dense layers "
+                "come first (first_k_dense_replace)"]
+    varied = varied_layer(spec, nope_layers, layer_rope, dense_first)
     if varied is not None:
         beyond = ("sliding_window and a positional 'none' (NoPE)" if nope_layers
                   else "sliding_window and its RoPE table" if layer_rope else "sliding_window")
-        alike = "the rest of every layer" if nope_layers or layer_rope else "every layer"
+        alike = "the rest of every layer" if nope_layers or layer_rope or dense_first else "every layer"
         return [f"[[layers]]: layer {varied} differs from the model-wide tables beyond its attention's {beyond}: "
                 f"the family configures {alike} alike"]
     kinds = _ropes_by_kind(spec) if layer_rope else []
@@ -332,9 +339,22 @@ def rope_free_layers(spec: ModelSpec) -> list[int]:
     return [i for i in range(spec.model.n_layers) if rope_free(spec.layer(i).positional)]
 
 
-def varied_layer(spec: ModelSpec, nope_layers: bool = False, layer_rope: bool = False) -> int | None:
+def dense_layers(spec: ModelSpec) -> list[int]:
+    """The layers whose FFN is the core's dense one while the model-wide FFN is another (DeepSeek's first)."""
+    if _core_dense(spec.ffn):
+        return []
+    return [i for i in range(spec.model.n_layers) if _core_dense(spec.layer(i).ffn)]
+
+
+def _core_dense(ffn: ComponentSpec) -> bool:
+    return ffn.name == "dense" and ffn.distribution in (None, "blockspec")
+
+
+def varied_layer(spec: ModelSpec, nope_layers: bool = False, layer_rope: bool = False,
+                 dense_first: bool = False) -> int | None:
     """The first layer that differs from the model-wide tables in more than its attention's window (and, with
-    ``nope_layers``, than a positional 'none'; with ``layer_rope``, than its RoPE table)."""
+    ``nope_layers``, than a positional 'none'; with ``layer_rope``, than its RoPE table; with ``dense_first``,
+    than a dense FFN)."""
     if not spec.layers:
         return None
     model_wide = _windowless(LayerSpec(block=spec.block, attention=spec.attention, ffn=spec.ffn, norm=spec.norm,
@@ -342,7 +362,8 @@ def varied_layer(spec: ModelSpec, nope_layers: bool = False, layer_rope: bool = 
 
     def compared(layer: LayerSpec) -> LayerSpec:
         free = nope_layers and rope_free(layer.positional) or layer_rope and rope_of(layer.positional)
-        return _windowless(evolve(layer, positional=spec.positional) if free else layer)
+        layer = evolve(layer, positional=spec.positional) if free else layer
+        return _windowless(evolve(layer, ffn=spec.ffn) if dense_first and _core_dense(layer.ffn) else layer)
 
     return next((i for i in range(spec.model.n_layers) if compared(spec.layer(i)) != model_wide), None)
 

@@ -15,7 +15,7 @@ import torch
 from blockspec.modules.transformer import Transformer
 from blockspec.inspect.layers import blocks_label
 from blockspec.inspect.trace import Stage, Trace
-from blockspec.inspect.plots import additive_signal, rotation_angles
+from blockspec.inspect.plots import additive_signal, rotated_width, rotation_angles
 
 MAX_ROWS = 128  # rows of a heatmap (positions)
 MAX_COLS = 128  # columns of a heatmap (features, vocabulary ids)
@@ -183,7 +183,7 @@ def _rotary_hands(model: Transformer, n_positions: int) -> list[dict[str, Any]]:
 
 
 def _rotations(model: Transformer, n_positions: int) -> torch.Tensor:
-    head_dim = model.blocks[0].attn.head_dim
+    head_dim = rotated_width(model)
     device = model.embedding.weight.device
     basis = torch.eye(head_dim, device=device)[:, None, None, :].expand(head_dim, 1, n_positions, head_dim)
     with torch.no_grad():

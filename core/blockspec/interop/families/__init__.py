@@ -10,13 +10,14 @@ from __future__ import annotations
 from blockspec.errors import CheckpointError
 from blockspec.spec.schema import ModelSpec
 from blockspec.interop.family import Family
-from blockspec.interop.families import (falcon, gemma, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, llama, mistral,
-                                        mixtral, olmo, olmo2, phi, phi3, qwen2, qwen3, qwen3_moe, smollm3, starcoder2)
+from blockspec.interop.families import (deepseek_v3, falcon, gemma, gemma2, gemma3, gpt2, gpt_neox, gpt_oss, llama,
+                                        mistral, mixtral, olmo, olmo2, phi, phi3, qwen2, qwen3, qwen3_moe, smollm3,
+                                        starcoder2)
 
 FAMILIES: tuple[Family, ...] = (
     gpt2.FAMILY, llama.FAMILY, mistral.FAMILY, qwen2.FAMILY, qwen3.FAMILY, starcoder2.FAMILY, gemma.FAMILY,
     gemma2.FAMILY, olmo2.FAMILY, gpt_neox.FAMILY, phi.FAMILY, phi3.FAMILY, mixtral.FAMILY,
-    smollm3.FAMILY, gemma3.FAMILY, gpt_oss.FAMILY, qwen3_moe.FAMILY, olmo.FAMILY, falcon.FAMILY,
+    smollm3.FAMILY, gemma3.FAMILY, gpt_oss.FAMILY, qwen3_moe.FAMILY, olmo.FAMILY, falcon.FAMILY, deepseek_v3.FAMILY,
 )
 
 
