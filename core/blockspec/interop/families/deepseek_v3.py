@@ -46,8 +46,10 @@ def _attention(r: ConfigReader, document: Document, title: str) -> None:
     if kv is not None and heads is not None and kv != heads:
         r.problem("num_key_value_heads", f"{kv} differs from num_attention_heads = {heads}",
                   "every head of the latent attention reads the one latent; transformers repeats keys otherwise")
-    for derived, value in (("head_dim", document["model"]["head_dim"]),
-                           ("qk_head_dim", attention["nope_head_dim"] + document["model"]["head_dim"])):
+    rope_dim, nope = document["model"]["head_dim"], attention["nope_head_dim"]
+    if rope_dim is None or nope is None:
+        return  # refused where read: nothing is derived from it
+    for derived, value in (("head_dim", rope_dim), ("qk_head_dim", nope + rope_dim)):
         _derived(r, derived, value)
     _query_scale(r, document)
 
@@ -55,7 +57,7 @@ def _attention(r: ConfigReader, document: Document, title: str) -> None:
 def _query_scale(r: ConfigReader, document: Document) -> None:
     """YaRN's mscale_all_dim scales the softmax by mscale² (transformers' yarn_apply_mscale)."""
     positional, all_dim = document["positional"], _rope_entry(r, "mscale_all_dim")
-    if positional.get("scaling") == "yarn" and all_dim:
+    if positional.get("scaling") == "yarn" and all_dim and positional.get("factor") is not None:
         factor, qk = positional["factor"], document["attention"]["nope_head_dim"] + document["model"]["head_dim"]
         mscale = 0.1 * all_dim * math.log(factor) + 1.0 if factor > 1 else 1.0
         document["attention"]["query_scale"] = qk**-0.5 * mscale * mscale
@@ -129,6 +131,8 @@ def _scale_misfits(spec: ModelSpec) -> list[str]:
 def _first_dense(r: ConfigReader, document: Document, title: str) -> None:
     """first_k_dense_replace: a [[layers]] entry giving layers 0..k-1 the dense FFN (all of them: no MoE)."""
     first, n_layers = r.get("first_k_dense_replace", int, 3), document["model"]["n_layers"] or 0
+    if first is None:
+        return  # refused where read
     if first < 0:
         r.problem("first_k_dense_replace", f"{first}: expected an integer >= 0")
     elif first >= n_layers:

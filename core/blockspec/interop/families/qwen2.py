@@ -28,8 +28,8 @@ def _windows(r: ConfigReader, n_layers: int | None) -> Windows:
     window = window if r.get("use_sliding_window", bool, False) else None
     first, n = r.get("max_window_layers", int, 28), n_layers or 0
     types = r.get("layer_types", list, None)
-    if types is None:
-        return [window if window is not None and i >= first else None for i in range(n)]
+    if types is None:  # a refused max_window_layers (None) decides no window: the refusal says why
+        return [window if window is not None and first is not None and i >= first else None for i in range(n)]
     return typed_windows(r, types, window, n)
 
 
