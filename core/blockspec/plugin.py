@@ -74,7 +74,9 @@ What is here:
   what ``cache.key_mask(start, N)`` (B, 1, N, n_k) bool marks False (None: nothing to hide).
   An attention that caches something else (latent attention: the compressed latent, no values) declares
   a ``cache_layout`` (``CacheLayout(kv_heads, key_width, value_width)``): ``KVCache.for_model`` sizes its
-  layer's cache by it, and ``update`` takes and returns tensors of that layout.
+  layer's cache by it, and ``update`` takes and returns tensors of that layout. A ``CausalSelfAttention``
+  subclass overrides ``cacheable`` (what it stores) and ``expanded`` (keys and values from it) and keeps
+  the core's ``forward``.
   docs/conformance-kit.md ("Contracts") has the whole interface; the kit checks it.
 - Initialisation: the spec's ``[init]`` draws only the parameters a module declares in
   ``init_roles``, a mapping from a parameter's dotted name below the module to its role; every

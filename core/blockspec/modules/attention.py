@@ -131,12 +131,13 @@ class CausalSelfAttention(nn.Module):
         and the padding keys to hide (``LayerCache.positions``, ``key_mask``). A static cache
         (``StaticLayerCache``) returns all its slots, and their slots for the causal mask (``slots``)."""
         at = start if cache is None else cache.positions(start)
-        q, k, v = self.project(x, positional, at)
+        q, k, v = self.cacheable(x, positional, at)
         keys = slots = None
         if cache is not None:
             keys = cache.key_mask(start, q.shape[-2])  # None: every stored key is a real one
             slots = cache.slots(start, q.shape[-2])  # None: the keys end where the queries do
             k, v = cache.update(k, v, start)  # (B, kv, start+N, hs) each; (B, kv, T_max, hs) when static
+        k, v = self.expanded(k, v)
         bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
         if tapping():
             self.tap_weights(q, k, bias, keys, slots)
@@ -145,6 +146,17 @@ class CausalSelfAttention(nn.Module):
         batch, n_tokens = x.shape[:2]
         y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, d)
         return tap(self, "out", self.proj(y))
+
+    def cacheable(self, x: torch.Tensor, positional: PositionalEncoding,
+                  start: Start = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The queries and what the cache stores for x (B, N, d): here q, k, v themselves (``project``); a
+        subclass caching something else (a latent attention: its latent) returns that, in its ``cache_layout``,
+        and ``expanded`` turns it into keys and values after the cache."""
+        return self.project(x, positional, start)
+
+    def expanded(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What ``cacheable`` stored, every position so far -> keys and values: unchanged here."""
+        return k, v
 
     def project(
         self, x: torch.Tensor, positional: PositionalEncoding, start: Start = 0

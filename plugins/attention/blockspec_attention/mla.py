@@ -8,8 +8,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from blockspec.plugin import (CacheLayout, CausalSelfAttention, LayerCache, PositionalEncoding, Start, declare_init,
-                              rotate_at, score_bias_at, tap, tapping)
+from blockspec.plugin import CacheLayout, CausalSelfAttention, PositionalEncoding, Start, declare_init, rotate_at, tap
 
 
 class LatentAttention(CausalSelfAttention):
@@ -48,41 +47,24 @@ class LatentAttention(CausalSelfAttention):
             {"q_down.weight": "std", "q_down.bias": "zero", "q_up.weight": "std"}
         declare_init(self, {**self.init_roles, **queries})
 
-    def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
-                cache: LayerCache | None = None) -> torch.Tensor:
-        """x (B, N, d) at positions start..; with a cache, the stored latents of the prefix are expanded too."""
-        at = start if cache is None else cache.positions(start)
-        q, latent = self.compress(x, positional, at)
-        keys = slots = None
-        if cache is not None:
-            keys, slots = cache.key_mask(start, q.shape[-2]), cache.slots(start, q.shape[-2])
-            latent, _ = cache.update(latent, latent[..., :0], start)  # (B, 1, start+N, r + hs_r); no values
-        k, v = self.expand(latent)
-        bias = score_bias_at(positional, q.shape[-2], k.shape[-2], at) if positional.biases else None
-        if tapping():
-            self.tap_weights(q, k, bias, keys, slots)
-        y = tap(self, "heads", self.attend(q, k, v, bias, keys, slots))  # (B, h, N, v_head_dim)
-        batch, n_tokens = x.shape[:2]
-        y = y.transpose(1, 2).reshape(batch, n_tokens, -1)  # (B, N, h·v_head_dim)
-        return tap(self, "out", self.proj(y))
-
     def project(self, x: torch.Tensor, positional: PositionalEncoding,
                 start: Start = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, N, d) -> q, k (B, h, N, nope + head_dim), v (B, h, N, v_head_dim), as the attention sees them."""
-        q, latent = self.compress(x, positional, start)
-        return (q, *self.expand(latent))
+        q, latent, nothing = self.cacheable(x, positional, start)
+        return (q, *self.expanded(latent, nothing))
 
-    def compress(self, x: torch.Tensor, positional: PositionalEncoding,
-                 start: Start) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, N, d) -> the rotated queries (B, h, N, nope + hs_r) and what the cache keeps, [c, k_r] rotated
-        (B, 1, N, r + hs_r)."""
+    def cacheable(self, x: torch.Tensor, positional: PositionalEncoding,
+                  start: Start = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, N, d) -> the rotated queries (B, h, N, nope + hs_r) and what the cache keeps: [c, k_r] rotated
+        (B, 1, N, r + hs_r) in the keys, and no values (B, 1, N, 0)."""
         q_nope, q_rope = self.queries(x).split((self.nope_head_dim, self.rope_head_dim), dim=-1)
         latent, k_rope = self.kv_down(x).split((self.kv_lora_rank, self.rope_head_dim), dim=-1)  # (B, N, r), (.., hs_r)
         k_rope = k_rope[:, None]  # (B, N, hs_r) -> (B, 1, N, hs_r): one rotary key for every head
         if positional.rotates:
             q_rope, k_rope = rotate_at(positional, q_rope, k_rope, start)
         q = tap(self, "q", torch.cat((q_nope, q_rope), dim=-1))  # (B, h, N, nope + hs_r)
-        return q, torch.cat((self.kv_norm(latent)[:, None], k_rope), dim=-1)  # (B, 1, N, r + hs_r)
+        cached = torch.cat((self.kv_norm(latent)[:, None], k_rope), dim=-1)  # (B, 1, N, r + hs_r)
+        return q, cached, cached[..., :0]  # the values: none of their own
 
     def queries(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, N, d) -> q (B, h, N, nope + hs_r), through the low-rank bottleneck when there is one."""
@@ -90,8 +72,8 @@ class LatentAttention(CausalSelfAttention):
         q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_up(self.q_latent_norm(self.q_down(x)))
         return q.view(batch, n_tokens, self.n_heads, self.head_dim).transpose(1, 2)  # (B, h, N, nope + hs_r)
 
-    def expand(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """[c, k_r] (B, 1, T, r + hs_r) -> k (B, h, T, nope + hs_r) and v (B, h, T, v_head_dim)."""
+    def expanded(self, latent: torch.Tensor, nothing: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[c, k_r] (B, 1, T, r + hs_r), and no values -> k (B, h, T, nope + hs_r) and v (B, h, T, v_head_dim)."""
         batch, _, length, _ = latent.shape
         compressed, k_rope = latent.split((self.kv_lora_rank, self.rope_head_dim), dim=-1)
         kv = self.kv_up(compressed[:, 0]).view(batch, length, self.n_heads, -1).transpose(1, 2)  # (B, h, T, nope + v)

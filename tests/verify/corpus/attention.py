@@ -335,19 +335,20 @@ class MLAPrefixForgotten(LatentAttention):
     def forward(self, x: torch.Tensor, positional: PositionalEncoding, start: int = 0,
                 cache: LayerCache | None = None) -> torch.Tensor:
         if cache is not None:
-            _, latent = self.compress(x, positional, cache.positions(start))
-            cache.update(latent, latent[..., :0], start)  # BUG: the latents update returns, the prefix's, unused
+            _, latent, nothing = self.cacheable(x, positional, cache.positions(start))
+            cache.update(latent, nothing, start)  # BUG: the latents update returns, the prefix's, unused
         return super().forward(x, positional, start)
 
 
 class MLAQueriesUnturned(LatentAttention):
-    def compress(self, x: torch.Tensor, positional: PositionalEncoding, start) -> tuple[torch.Tensor, torch.Tensor]:
+    def cacheable(self, x: torch.Tensor, positional: PositionalEncoding, start=0):
         q_nope, q_rope = self.queries(x).split((self.nope_head_dim, self.rope_head_dim), dim=-1)
         latent, k_rope = self.kv_down(x).split((self.kv_lora_rank, self.rope_head_dim), dim=-1)
         k_rope = k_rope[:, None]  # (B, 1, N, hs_r)
         if positional.rotates:
             _, k_rope = rotate_at(positional, q_rope, k_rope, start)  # BUG: only the shared key turns
-        return torch.cat((q_nope, q_rope), dim=-1), torch.cat((self.kv_norm(latent)[:, None], k_rope), dim=-1)
+        cached = torch.cat((self.kv_norm(latent)[:, None], k_rope), dim=-1)  # (B, 1, N, r + hs_r)
+        return torch.cat((q_nope, q_rope), dim=-1), cached, cached[..., :0]
 
 
 CORPUS.mutant("attention", "mla_prefix_forgotten", MLAConfig, mla_as(MLAPrefixForgotten), like=MLA,
