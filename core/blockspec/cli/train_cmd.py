@@ -57,9 +57,23 @@ def run(args: argparse.Namespace) -> int:
         with flag_names(FLAGS), memory_limit("--batch-size (or a smaller model)"):
             code = _train(args, world)
         finished = True
-        return code
     finally:
         close_world(world, finished=finished)
+    if world.size > 1:
+        _exit_before_finalizers(code)
+    return code
+
+
+def _exit_before_finalizers(code: int) -> None:
+    """End a finished multi-rank run now. gloo's worker threads can still be torn down while the
+    interpreter finalizes FSDP's state, and that aborts the process (SIGABRT, 'terminate called
+    without an active exception') after the work and the checkpoint are done; every output is
+    already written and the group left, so only the finalizers are skipped."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _preflight(args: argparse.Namespace) -> None:
