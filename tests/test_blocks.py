@@ -139,6 +139,14 @@ def test_block_and_norm_placement_that_disagree_are_refused_naming_both(registry
         small(registry, '[block]\nuse = "pre"', model_extra='norm_placement = "post"')
 
 
+@pytest.mark.parametrize(("written", "found"), [("[]", "list []"), ("{}", "dict {}"), ("3", "int 3")])
+def test_a_norm_placement_that_is_not_a_string_is_refused_at_its_key(registry, written, found):
+    """A list or table is unhashable: it once escaped the block lookup as a TypeError (found by the spec fuzz)."""
+    expected = f"$.model.norm_placement: expected one of 'pre', 'post', found {found}"
+    with pytest.raises(SpecError, match=re.escape(expected)):
+        small(registry, model_extra=f"norm_placement = {written}")
+
+
 def test_a_checkpoint_saved_before_block_and_ffn_loads(registry, tmp_path):
     """spec.toml without [block]/[ffn] and a [lock] without their entries: what older versions wrote."""
     model = blockspec.build(small(registry), registry=registry, seed=5).eval()

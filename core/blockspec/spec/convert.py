@@ -422,7 +422,8 @@ def number_ranges(numbers: list[int]) -> str:
 def _given_placement(table: Any) -> str | None:
     """[model] norm_placement as written, when it is one of the placements; None when absent (or reported)."""
     value = table.get("norm_placement") if isinstance(table, dict) else None
-    return value if value in PLACEMENT_BLOCKS else None  # a value that names no block: [model]'s check reports it
+    named = isinstance(value, str) and value in PLACEMENT_BLOCKS  # a list or table is unhashable: not a name
+    return value if named else None  # a value that names no block: [model]'s check reports it
 
 
 _MODEL_HINTS = typing.get_type_hints(ModelConfig, include_extras=True)  # once: evaluating them compiles code
