@@ -104,7 +104,8 @@ AUDIT = _Audit()
 @pytest.fixture(scope="module")
 def warm_registry(registry):
     """Load every example and touch every config class once: cattrs and attrs compile their
-    structuring code on first use; after this, loading a spec must compile nothing."""
+    structuring code on first use, and their unstructuring code too (a [[layers]] entry is merged over
+    the model-wide config's table); after this, loading a spec must compile nothing."""
     for path in sorted(SPECS.glob("*.toml")):
         load_spec(path, registry)
     from blockspec.registry.catalogue import catalogue
@@ -114,6 +115,8 @@ def warm_registry(registry):
     for component in registry:
         with contextlib.suppress(Exception):
             _CONVERTER.structure({}, component.config_cls)
+        with contextlib.suppress(Exception):
+            _CONVERTER.unstructure(component.config_cls())
     return registry
 
 

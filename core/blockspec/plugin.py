@@ -47,6 +47,8 @@ What is here:
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
   ``greater_than``, ``in_range``, ``one_of``. ``OMIT_DEFAULT``: field metadata that keeps a field
   out of dumped specs while it holds its default (for options added after specs were written).
+  ``sized_by(entries)``: field metadata for a tuple option with ``entries(config, model)`` entries (one per
+  head, per rotated pair); the build checks it, and the kit fits the lists it draws to the drawn sizes.
   ``FieldError(field, message)``: what they raise; raise it from ``__attrs_post_init__`` for a check that
   relates fields, and the spec's error names ``$.<kind>.<field>``.
 - ``ContextLengthError``: what a bounded positional encoder raises past its table.
@@ -156,7 +158,7 @@ from blockspec.assembly.active import ActiveParameters
 from blockspec.errors import ContextLengthError, FieldError
 from blockspec.registry.hookspecs import API_VERSION, Build, Config, Register, hookimpl
 from blockspec.spec.schema import ModelConfig
-from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive
+from blockspec.spec.validators import OMIT_DEFAULT, at_least, greater_than, in_range, one_of, positive, sized_by
 
 if TYPE_CHECKING:
     from blockspec.assembly.initialisation import InitRole, declare_init
@@ -247,6 +249,7 @@ __all__ = [
     "positive",
     "rotate_at",
     "score_bias_at",
+    "sized_by",
     "tap",
     "tapping",
 ]

@@ -104,3 +104,13 @@ def one_of(choices: Collection[Any]) -> Validator:
 # Field metadata: the spec writer leaves the field out while it holds its default, so an option added to a
 # config later does not change how existing specs dump (``field(default=..., metadata=OMIT_DEFAULT)``).
 OMIT_DEFAULT = {"blockspec.omit_default": True}
+
+
+SIZED_BY = "blockspec.sized_by"
+
+
+def sized_by(entries: Callable[[Any, Any], int]) -> dict[str, Any]:
+    """Field metadata for a tuple option with one entry per something of the model (a head, a rotated pair):
+    ``entries(config, model)`` is how many it needs. The build checks the length with the same function,
+    and the conformance kit fits the lists it draws to the model it draws (``field(metadata=sized_by(f))``)."""
+    return {SIZED_BY: entries}

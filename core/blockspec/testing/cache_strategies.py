@@ -31,7 +31,7 @@ def cache_cases(draw, component: Component, *, far: int = FAR) -> CacheCase:
     chunks = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=6)))
     return CacheCase(
         model=model,
-        config=draw(configs(component.config_cls)),
+        config=draw(configs(component.config_cls, model=model)),
         batch=draw(st.integers(1, 2)),
         tokens=sum(chunks),
         seed=draw(st.integers(0, 2**16)),

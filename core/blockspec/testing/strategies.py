@@ -19,6 +19,7 @@ from blockspec.errors import FieldError
 from blockspec.spec.kinds import SECTIONS
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.strict import CONVERTER
+from blockspec.spec.validators import SIZED_BY
 from blockspec.spec.schema import ComponentChoice, ComponentSpec, LayerOverride, LayerRule, ModelConfig, ModelSpec
 from blockspec.testing.cases import DTYPES, Case, installed_registry
 from blockspec.testing.harness import PER_LAYER
@@ -77,9 +78,21 @@ def field_values(field: attrs.Attribute, hint: Any) -> st.SearchStrategy:
         return st.sampled_from(_near_int(default)) if default is not None else st.integers(1, 8)
     if hint is float:
         return st.sampled_from([default * 0.5, default, default * 2.0]) if default else st.floats(0.5, 2.0)
+    if origin is tuple and args == (float, Ellipsis):
+        return st.just(default) | float_lists()
     if default is not None:
         return st.just(default)
     raise TypeError(f"no strategy for field {field.name!r} of type {hint!r}; pass one in overrides=")
+
+
+FLOAT_LIST_LENGTHS = (1, 2, 4)  # one per rotated pair of the drawn head dims (HEAD_DIMS / 2): longrope's factors
+
+
+def float_lists() -> st.SearchStrategy[tuple[float, ...]]:
+    """A tuple[float, ...] option: one to four numbers in [0.5, 8], at the lengths a per-pair list takes for the
+    drawn sizes; a build that wants another length refuses the draw (no example)."""
+    return st.sampled_from(FLOAT_LIST_LENGTHS).flatmap(lambda n: st.lists(
+        st.sampled_from([0.5, 1.0, 2.0, 8.0]) | st.floats(0.5, 8.0), min_size=n, max_size=n).map(tuple))
 
 
 def _near_int(default: int) -> list[int]:
@@ -89,39 +102,66 @@ def _near_int(default: int) -> list[int]:
     return sorted({max(default // 2, 1), default, default * 2}) if default > 0 else [default]
 
 
-def configs(config_cls: type, overrides: dict[str, st.SearchStrategy] | None = None) -> st.SearchStrategy:
+def configs(config_cls: type, overrides: dict[str, st.SearchStrategy] | None = None, *,
+            model: ModelConfig | None = None) -> st.SearchStrategy:
     """Instances of a component's frozen attrs config class, drawn field by field.
 
-    A field the class's validators refuse (a FieldError names it) falls back to its default and the
-    class is tried again, so options that only some settings take (rope's yarn options) are drawn
-    unset where they do not apply; a draw that is still refused is rejected: every value is valid.
+    A field the class's validators refuse (a FieldError names it) is repaired and the class tried again: a
+    value off its default falls back to the default (an option the drawn setting does not take: rope's yarn
+    options under linear), one at its default is drawn again (an option the setting needs: yarn's original
+    length). A draw still refused is rejected: every value is valid. With ``model``, each ``sized_by`` option
+    is fitted to the entries those sizes need (``fit_to``).
     """
     hints = typing.get_type_hints(config_cls)
-    overrides = overrides or {}
-    fields = {
-        f.name: overrides.get(f.name) or field_values(f, hints.get(f.name, Any))
-        for f in attrs.fields(config_cls) if f.init
-    }
-    return st.fixed_dictionaries(fields).map(lambda kw: _construct(config_cls, kw)).filter(
-        lambda c: c is not None)
+    strategies = {f.name: (overrides or {}).get(f.name) or field_values(f, hints.get(f.name, Any))
+                  for f in attrs.fields(config_cls) if f.init}
+    return _valid_configs(config_cls, strategies, model)
 
 
-def _construct(config_cls: type, values: dict[str, Any]) -> Any:
-    defaults = {f.name: f.default for f in attrs.fields(config_cls)
-                if f.init and f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)}
-    for _ in range(len(values) + 1):
+@st.composite
+def _valid_configs(draw, config_cls: type, strategies: dict[str, st.SearchStrategy],
+                   model: ModelConfig | None) -> Any:
+    values: dict[str, Any] | None = {name: draw(strategy) for name, strategy in strategies.items()}
+    for _ in range(2 * len(strategies) + 2):
         try:
-            return config_cls(**values)
+            config = config_cls(**values)
         except FieldError as error:
-            refused = {e.field for e in getattr(error, "errors", [error])}
-            fallback = {name: defaults[name] for name in refused
-                        if name in defaults and values.get(name) != defaults[name]}
-            if not fallback:
-                return None
-            values = {**values, **fallback}
+            values = _repaired(draw, values, error, strategies, _defaults(config_cls))
         except (ValueError, TypeError):
-            return None
-    return None
+            values = None
+        else:
+            return config if model is None else fit_to(config, model)
+        if values is None:
+            break
+    assume(False)  # no valid config near this draw
+
+
+def _defaults(config_cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in attrs.fields(config_cls)
+            if f.init and f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)}
+
+
+def _repaired(draw, values: dict[str, Any], error: FieldError, strategies: dict[str, st.SearchStrategy],
+              defaults: dict[str, Any]) -> dict[str, Any] | None:
+    """The refused fields moved: off its default -> the default, at it (or with none) -> drawn again; None
+    when that changes nothing."""
+    refused = {e.field for e in getattr(error, "errors", [error])} & values.keys()
+    changed = dict(values)
+    for name in refused:
+        off_default = name in defaults and values[name] != defaults[name]
+        changed[name] = defaults[name] if off_default else draw(strategies[name])
+    return changed if changed != values else None
+
+
+def fit_to(config: Any, model: ModelConfig) -> Any:
+    """``config`` with each non-empty ``sized_by`` tuple option cycled (or cut) to the entries ``model`` needs:
+    a per-head or per-pair list drawn before the sizes were known."""
+    changes = {}
+    for field in attrs.fields(type(config)):
+        entries, value = field.metadata.get(SIZED_BY), getattr(config, field.name)
+        if entries is not None and value and len(value) != (wanted := entries(config, model)):
+            changes[field.name] = tuple(value[i % len(value)] for i in range(wanted))
+    return attrs.evolve(config, **changes) if changes else config
 
 
 @st.composite
@@ -138,7 +178,7 @@ def cases(draw, component: Component, *, min_tokens: int = 1, max_tokens: int = 
     tokens = draw(st.integers(min(min_tokens, model.context_length), min(max_tokens, model.context_length)))
     return Case(
         model=model,
-        config=draw(configs(component.config_cls)),
+        config=draw(configs(component.config_cls, model=model)),
         batch=draw(st.integers(1, max_batch)),
         tokens=tokens,
         seed=draw(st.integers(0, 2**16)),
@@ -201,12 +241,14 @@ def token_batches(draw, vocab_size: int, *, max_batch: int = 3, max_tokens: int 
     return torch.tensor(ids, dtype=torch.long).view(batch, tokens)  # (B, N)
 
 
-def component_specs(registry: Registry, kind: str, *, where=None) -> st.SearchStrategy:
-    """A ComponentSpec for one of the registry's components of ``kind`` (filtered by ``where``)."""
+def component_specs(registry: Registry, kind: str, *, where=None,
+                    model: ModelConfig | None = None) -> st.SearchStrategy:
+    """A ComponentSpec for one of the registry's components of ``kind`` (filtered by ``where``), its
+    ``sized_by`` options fitted to ``model`` when given."""
     choices = [c for c in registry if c.kind == kind and (where is None or where(c))]
     if not choices:
         raise ValueError(f"the registry has no {kind} component to draw from")
-    return st.sampled_from(choices).flatmap(lambda c: configs(c.config_cls).map(
+    return st.sampled_from(choices).flatmap(lambda c: configs(c.config_cls, model=model).map(
         lambda config, c=c: ComponentSpec(kind=kind, name=c.name, config=config,
                                           distribution=_pin(registry, c))))
 
@@ -225,7 +267,7 @@ def model_specs(draw, registry: Registry, *, where=None, model: st.SearchStrateg
     [[layers]] entry too (``layer_rules``), so the layers are not all alike.
     """
     config = draw(model if model is not None else model_configs())
-    parts = {kind: draw(component_specs(registry, kind, where=where)) for kind in SECTIONS}
+    parts = {kind: draw(component_specs(registry, kind, where=where, model=config)) for kind in SECTIONS}
     if parts["block"].name in ("pre", "post") and parts["block"].name != config.norm_placement:
         config = attrs.evolve(config, norm_placement=parts["block"].name)  # a spec file cannot say both
     chosen = [registry.get(p.kind, p.name, p.distribution) for p in parts.values()]
@@ -245,7 +287,7 @@ def layer_rules(draw, registry: Registry, model: ModelConfig, *, where=None) -> 
         return ()
     kind = draw(st.sampled_from(VARIED_KINDS))
     serving = lambda c: (where is None or where(c)) and c.serves_model(model)  # noqa: E731  # only sizes it serves
-    part = draw(component_specs(registry, kind, where=serving))
+    part = draw(component_specs(registry, kind, where=serving, model=model))
     use = ComponentChoice(kind=kind, name=part.name, distribution=part.distribution, config_cls=type(part.config))
     fields = {name: value for name, value in CONVERTER.unstructure(part.config).items() if value is not None}
     override = LayerOverride(fields=fields, use=use)  # as a TOML table writes it: no None
