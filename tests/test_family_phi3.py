@@ -1,5 +1,5 @@
 """Phi-3 (Phi3ForCausalLM): parity with transformers, config.json as released and as transformers 4 and
-5 write it, parameter counts, and refusals (longrope, by name)."""
+5 write it, parameter counts, and refusals at their keys (longrope's parity: tests/test_longrope.py)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,20 @@ def test_phi_3_mini_4k_is_a_3_8b_model_with_a_2047_token_window(registry):
     assert spec.attention.config.sliding_window == 2047
 
 
+def test_a_phi_3_5_mini_shaped_config_imports_longrope_and_counts_exactly(registry):
+    """Phi-3.5-mini's shape (Phi-3-mini's sizes, 128k positions, original 4096, "longrope" with one factor per
+    rotated pair of its 96-wide heads); its released factor values do not change the count, so these are made up."""
+    config = {**PHI_3_MINI_4K, "max_position_embeddings": 131072, "sliding_window": 262144,
+              "rope_scaling": {"type": "longrope", "short_factor": [1.0 + i / 48 for i in range(48)],
+                               "long_factor": [1.5 + i for i in range(48)]}}
+    spec = structured(config, registry)
+    rope = spec.positional.config
+    assert (rope.scaling, rope.original_context_length, len(rope.short_factor)) == ("longrope", 4096, 48)
+    assert rope.attention_factor is None  # derived from 131072 / 4096 by the rope, as transformers does
+    assert count_parameters(spec, registry).exact == 3_821_079_552
+    counted("Phi3", config, registry)
+
+
 def test_small_config_counts_as_transformers_does(registry):
     config = {"architectures": ["Phi3ForCausalLM"], **SMALL, **CASES["mha-tied-partial-head_dim16-v53"]}
     counted("Phi3", config, registry)
@@ -73,9 +87,17 @@ LONGROPE = {"type": "su", "short_factor": [1.0] * 48, "long_factor": [1.0] * 48}
 
 
 @pytest.mark.parametrize(("change", "key", "says"), [
-    ({"rope_scaling": LONGROPE}, "$.rope_scaling.rope_type", "'su' (Phi-3 reads it as 'longrope')"),
+    ({"rope_scaling": {**LONGROPE, "long_factor": [1.0] * 4}}, "$.rope_scaling.short_factor", "48 factors, expected 4"),
     ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4,
-                          "long_factor": [1.0] * 4}}, "$.rope_parameters.rope_type", "'longrope'"),
+                          "long_factor": [1.0] * 3}}, "$.rope_parameters.long_factor", "3 factors, expected 4"),
+    ({"rope_scaling": {**LONGROPE, "short_factor": [1.0] * 4, "long_factor": [1.0] * 4,
+                       "original_max_position_embeddings": 1}}, "$.rope_scaling.original_max_position_embeddings",
+     "Phi3Config replaces it with its top-level original_max_position_embeddings"),
+    ({"original_max_position_embeddings": 1, "rope_scaling": {**LONGROPE, "short_factor": [1.0] * 4,
+                                                               "long_factor": [1.0] * 4}},
+     "$.original_max_position_embeddings", "expected an integer >= 2"),
+    ({"rope_scaling": {**LONGROPE, "short_factor": [1.0] * 4, "long_factor": "x"}}, "$.rope_scaling.long_factor",
+     "expected list"),
     ({"rope_parameters": {"rope_type": "linear", "factor": 2.0}}, "$.rope_parameters.rope_type", "not one Phi-3"),
     ({"hidden_act": "gelu"}, "$.hidden_act", "unsupported activation"),
     ({"partial_rotary_factor": 0.375}, "$.partial_rotary_factor", "rotates 3 features"),

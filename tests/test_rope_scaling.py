@@ -24,7 +24,7 @@ from blockspec.testing import Case, PropertyFailure  # noqa: E402
 from blockspec.testing.properties import find  # noqa: E402
 from blockspec.testing.properties.rope import expected_frequency, expected_magnitude  # noqa: E402
 from blockspec.testing.runner import check  # noqa: E402
-from blockspec.testing.strategies import _construct, configs  # noqa: E402
+from blockspec.testing.strategies import _valid_configs, configs  # noqa: E402
 from blockspec.generation.tokens import generate  # noqa: E402
 from blockspec_positional import RopeConfig  # noqa: E402
 from blockspec_positional.rope import RotaryPositions, Scaling, scaled_frequencies  # noqa: E402
@@ -169,7 +169,7 @@ def test_static_frequencies_equal_transformers_and_the_kits_formula(parameters, 
     config = RopeConfig(base=500.0, **options)
     kit = [expected_frequency(i, rope.rotary_dim, config, 64, 64) for i in range(rope.rotary_dim // 2)]
     torch.testing.assert_close(torch.tensor(kit, dtype=torch.float64), theirs.double(), rtol=1e-6, atol=0)
-    assert expected_magnitude(config) == pytest.approx(attention, rel=1e-12)
+    assert expected_magnitude(config, 64) == pytest.approx(attention, rel=1e-12)
 
 
 @pytest.mark.parametrize("end", [1, 64, 65, 100, 1000])
@@ -200,8 +200,8 @@ def test_the_kit_checks_every_scaling(prop, registry):
 
 
 def test_the_kit_draws_every_scaling_and_unsets_the_options_it_does_not_take():
-    """configs() falls back to the default of a field the validators refuse, so options that only one
-    scaling takes are drawn unset for the others instead of sinking nearly every draw."""
+    """configs() repairs a field the validators refuse: an option the scaling does not take falls back to its
+    default, one it needs is drawn again, so every scaling is drawn without sinking nearly every draw."""
     seen = set()
 
     @hypothesis.settings(max_examples=200, database=None, derandomize=True)
@@ -210,12 +210,20 @@ def test_the_kit_draws_every_scaling_and_unsets_the_options_it_does_not_take():
         seen.add(config.scaling)
 
     draw()
-    assert seen == {"none", "linear", "dynamic", "llama3", "yarn"}
+    assert seen == {"none", "linear", "dynamic", "llama3", "yarn", "longrope"}
     drawn = dict(base=500.0, layout="half", fraction=1.0, scaling="linear", factor=2.0, original_context_length=8,
                  low_freq_factor=2.0, high_freq_factor=None, attention_factor=1.5, beta_fast=4.0, beta_slow=None,
                  truncate=False)
-    assert _construct(RopeConfig, drawn) == RopeConfig(base=500.0, scaling="linear", factor=2.0)
-    assert _construct(RopeConfig, {**drawn, "factor": None}) is None  # a missing option has no default to fall to
+    fixed = {name: hypothesis.strategies.just(value) for name, value in drawn.items()}
+    assert repaired(fixed) == RopeConfig(base=500.0, scaling="linear", factor=2.0)
+    fixed["factor"] = hypothesis.strategies.sampled_from([None, 3.0])  # a missing option is drawn again
+    assert repaired(fixed).factor == 3.0
+
+
+def repaired(strategies: dict) -> RopeConfig:
+    """The config _valid_configs makes of these fields' draws (hypothesis' find: the first it accepts)."""
+    return hypothesis.find(_valid_configs(RopeConfig, strategies, None), lambda config: True,
+                           settings=hypothesis.settings(database=None, max_examples=50))
 
 
 def test_the_kits_frequency_check_catches_a_wrong_formula(registry):
@@ -229,7 +237,7 @@ def test_the_kits_frequency_check_catches_a_wrong_formula(registry):
     model = blockspec.ModelConfig(vocab_size=3, context_length=16, d_model=32, n_layers=0, n_heads=2, d_ff=4)
     prop, case = find("rope_frequencies", "positional"), Case(model=model, config=config, start=20)
     prop(rope, case)
-    with pytest.raises(PropertyFailure, match="scaling 'llama3': θ per pair"):
+    with pytest.raises(PropertyFailure, match="scaling 'llama3' at context_length 16: θ per pair"):
         prop(attrs.evolve(rope, build=off_by_one), case)
 
 
@@ -377,7 +385,9 @@ def test_specs_without_scaling_dump_as_before(registry, example_spec):
     ('scaling = "llama3"\nfactor = 8.0\noriginal_context_length = 8\nlow_freq_factor = 4.0\n',
      "$.positional.high_freq_factor", "expected a number > low_freq_factor = 4.0"),
     ('scaling = "linear"\nfactor = 0.5\n', "$.positional.factor", "expected a number >= 1.0"),
-    ('scaling = "longrope"\n', "$.positional.scaling", "longrope"),
+    ('scaling = "longrope"\n', "$.positional.short_factor", "missing: scaling = 'longrope' needs it"),
+    ('scaling = "longrope"\nshort_factor = [1.0]\nlong_factor = [1.0]\noriginal_context_length = 8\nfactor = 2.0\n',
+     "$.positional.factor", "only for scaling = 'linear' or 'dynamic' or 'llama3' or 'yarn'"),
 ])
 def test_options_that_do_not_fit_the_scaling_are_refused_at_their_key(options, path, words, registry):
     with pytest.raises(blockspec.SpecError) as caught:

@@ -136,32 +136,35 @@ ROPE_TYPES: dict[str, tuple[str, ...]] = {
     "yarn": ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
              "mscale_all_dim", "truncate"),
 }
-ROPE_TYPE_HINT = "blockspec's rope imports rope_type default, linear, dynamic, llama3 and yarn"
+# longrope: read only for the families whose parity with transformers is tested with it (rope(longrope=True))
+LONGROPE_KEYS = ("short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor")
 # [positional] option -> its rope_parameters key
 ROPE_OPTION_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings",
                     "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor",
                     "attention_factor": "attention_factor", "beta_fast": "beta_fast", "beta_slow": "beta_slow",
-                    "truncate": "truncate"}
+                    "truncate": "truncate", "short_factor": "short_factor", "long_factor": "long_factor"}
 
 
-def rope(r: ConfigReader) -> dict[str, Any]:
+def rope(r: ConfigReader, renamed: dict[str, str] | None = None, longrope: bool = False) -> dict[str, Any]:
     """The [positional] table of a rotary family, read from the table transformers reads: ``rope_scaling``
     (old layout, type under ``type`` or ``rope_type``) when set, since it then replaces ``rope_parameters``
     (transformers 5's layout), else ``rope_parameters``. Every key of it is read for its rope_type or
     refused at its path; the base may also sit at the top level (``rope_theta``), and so may the rotated
-    fraction (``partial_rotary_factor``)."""
+    fraction (``partial_rotary_factor``). ``renamed``: types a family reads as another (Phi-3: 'su' as
+    'longrope'); ``longrope``: the family reads that type too."""
     name, table = _rope_table(r)
     sub = ConfigReader(table, r.file)
-    kind = _rope_type(sub)
+    types = {**ROPE_TYPES, "longrope": LONGROPE_KEYS} if longrope else ROPE_TYPES
+    kind = _rope_type(sub, renamed or {}, types)
     fraction = sub.get("partial_rotary_factor", float, None)
     fraction = fraction if fraction is not None else r.get("partial_rotary_factor", float, 1.0)
     positional: dict[str, Any] = {"use": "rope", "base": _rope_base(r, sub, name), "layout": "half"}
     if fraction != 1.0:
         positional["fraction"] = fraction
-    if kind in ROPE_TYPES and kind != "default":
+    if kind in types and kind != "default":
         positional.update(_rope_scaling(r, sub, name, kind))
-    unread = {key for key, value in table.items() if value is not None} - sub.read if kind in ROPE_TYPES else ()
-    reads = ", ".join(ROPE_TYPES.get(kind, ())) or "no other key"
+    unread = {key for key, value in table.items() if value is not None} - sub.read if kind in types else ()
+    reads = ", ".join(types.get(kind, ())) or "no other key"
     for key in sorted(unread):
         sub.problem(key, f"unknown key for rope_type {kind!r}",
                     f"transformers reads {reads} for it; blockspec cannot tell what this one was meant to change")
@@ -177,15 +180,17 @@ def _rope_table(r: ConfigReader) -> tuple[str, dict[str, Any]]:
     return ("rope_scaling", scaling) if scaling else ("rope_parameters", parameters or {})
 
 
-def _rope_type(sub: ConfigReader) -> str:
+def _rope_type(sub: ConfigReader, renamed: dict[str, str], types: dict[str, tuple[str, ...]]) -> str:
     """The table's rope_type (old: type; both must agree), "default" when absent; unsupported ones refused."""
     given = {key: sub.get(key, str, None) for key in ("rope_type", "type")}
-    named = {key: kind for key, kind in given.items() if kind is not None}
+    named = {key: renamed.get(kind, kind) for key, kind in given.items() if kind is not None}
     if len(set(named.values())) > 1:
         sub.problem("type", f"{named['type']!r} differs from rope_type {named['rope_type']!r}", "keep one of them")
     key, kind = next(iter(named.items()), ("rope_type", "default"))
-    if kind not in ROPE_TYPES:
-        sub.problem(key, f"RoPE scaling {kind!r} is not supported", ROPE_TYPE_HINT)
+    if kind not in types:
+        names = list(types)
+        sub.problem(key, f"RoPE scaling {kind!r} is not supported",
+                    f"blockspec's rope imports rope_type {', '.join(names[:-1])} and {names[-1]}")
     return kind
 
 
@@ -198,7 +203,9 @@ def _rope_base(r: ConfigReader, sub: ConfigReader, name: str) -> float:
 
 
 def _rope_scaling(r: ConfigReader, sub: ConfigReader, name: str, kind: str) -> dict[str, Any]:
-    """The [positional] scaling options of a linear, dynamic, llama3 or yarn table."""
+    """The [positional] scaling options of a linear, dynamic, llama3, yarn or longrope table."""
+    if kind == "longrope":
+        return _longrope_options(r, sub, name)
     found: dict[str, Any] = {"scaling": kind, "factor": sub.get("factor", float)}
     if kind in ("llama3", "yarn"):
         found["original_context_length"] = _original_length(r, sub, name)
@@ -231,6 +238,28 @@ def _yarn_options(sub: ConfigReader, factor: float | None) -> dict[str, Any]:
         attention = _mscale(factor, mscale) / _mscale(factor, mscale_all_dim)
     return {"attention_factor": attention, "beta_fast": sub.get("beta_fast", float, None) or None,
             "beta_slow": sub.get("beta_slow", float, None) or None, "truncate": sub.get("truncate", bool, None)}
+
+
+def _longrope_options(r: ConfigReader, sub: ConfigReader, name: str) -> dict[str, Any]:
+    """The factor lists and the original length; a given factor (rather than max_position_embeddings /
+    original) sets the attention factor as transformers derives it, sqrt(1 + ln(factor)/ln(original))."""
+    found: dict[str, Any] = {"scaling": "longrope", "short_factor": _factors(sub, "short_factor"),
+                             "long_factor": _factors(sub, "long_factor"),
+                             "original_context_length": _original_length(r, sub, name),
+                             "attention_factor": sub.get("attention_factor", float, None)}
+    factor, length = sub.get("factor", float, None), found["original_context_length"]
+    if found["attention_factor"] is None and factor is not None and length is not None and length >= 2:
+        found["attention_factor"] = math.sqrt(1 + math.log(factor) / math.log(length)) if factor > 1 else 1.0
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def _factors(sub: ConfigReader, key: str) -> tuple[float, ...] | None:
+    """A list of numbers as a tuple of floats; anything else a problem at the key."""
+    value = sub.get(key, list)
+    if value is None or all(isinstance(v, (int, float)) and type(v) is not bool for v in value):
+        return None if value is None else tuple(float(v) for v in value)
+    sub.problem(key, f"expected a list of numbers, found {value!r:.60}")
+    return None
 
 
 def _mscale(factor: float, mscale: float) -> float:
@@ -286,8 +315,8 @@ def _scaling_json(positional: Any) -> tuple[str, dict[str, Any]]:
     """The scaling type and its set options under their rope_parameters keys; llama3's defaults written out,
     since transformers requires them."""
     kind = getattr(positional, "scaling", "none")
-    options = {key: getattr(positional, option) for option, key in ROPE_OPTION_KEYS.items()
-               if getattr(positional, option, None) is not None}
+    options = {key: list(value) if isinstance(value, tuple) else value for option, key in ROPE_OPTION_KEYS.items()
+               if (value := getattr(positional, option, None)) is not None and value != ()}
     if kind == "llama3":
         options = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, **options}
     return kind, options

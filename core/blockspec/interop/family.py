@@ -89,6 +89,7 @@ class Expresses:
     head_dim: bool = False  # a [model] head_dim other than d_model / n_heads
     grouped_kv: bool = True  # fewer kv heads than query heads
     fraction: bool = False  # partial RoPE ([positional] fraction, half layout)
+    longrope: bool = False  # [positional] scaling = "longrope" (Phi-3): only where parity with transformers is tested
     offset: bool = False  # the RMSNorm scales by (1 + w): the spec's norm must, or must not
     embedding_scale: bool = False  # embeddings times sqrt(d_model): the spec's must be, or not be, scaled
     attention_softcap: bool = False
@@ -189,7 +190,7 @@ def _activation_misfits(activation: ComponentSpec, names: tuple[str, ...]) -> li
 
 
 def _model_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
-    m, problems = spec.model, _bias_misfits(spec, has.biases) + _positional_misfits(spec, has.fraction)
+    m, problems = spec.model, _bias_misfits(spec, has.biases) + _positional_misfits(spec, has)
     if not has.head_dim and m.given_head_dim is not None and m.given_head_dim != m.d_model // m.n_heads:
         problems.append(f"[model] head_dim = {m.given_head_dim}: the family's head_dim is d_model / n_heads")
     if not has.grouped_kv and m.kv_heads != m.n_heads:
@@ -226,14 +227,16 @@ def _bias_misfits(spec: ModelSpec, pattern: str) -> list[str]:
             f"[attention] qkv_bias, out_bias): the family has {has}"]
 
 
-def _positional_misfits(spec: ModelSpec, fraction_allowed: bool) -> list[str]:
-    """A rotated fraction only where the family has one, and then in the half layout (an interleaved
-    model's export permutes whole heads)."""
+def _positional_misfits(spec: ModelSpec, has: Expresses) -> list[str]:
+    """longrope only where the family reads it; a rotated fraction only where the family has one, and then in
+    the half layout (an interleaved model's export permutes whole heads)."""
     config = spec.positional.config
+    if getattr(config, "scaling", "none") == "longrope" and not has.longrope:
+        return ['[positional] scaling = "longrope": blockspec imports longrope for Phi-3 (phi3) only']
     fraction = getattr(config, "fraction", 1.0)
     if fraction == 1.0:
         return []
-    if not fraction_allowed:
+    if not has.fraction:
         return [f"[positional] fraction = {fraction}: the family rotates every feature of a head"]
     if getattr(config, "layout", "half") != "half":
         return [f"[positional] layout = {config.layout!r} with a fraction: the family rotates a fraction in the "

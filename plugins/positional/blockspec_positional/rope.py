@@ -1,7 +1,7 @@
 """Rotary position embedding (RoFormer): q and k turned by an angle proportional to position.
 
 The scalings stretch the frequencies θ_i = base^(-2i/d) for long contexts exactly as transformers' rope
-types do (modeling_rope_utils: linear, dynamic, llama3, yarn), computed here in float64.
+types do (modeling_rope_utils: linear, dynamic, llama3, yarn, longrope), computed here in float64.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from blockspec.plugin import PositionalEncoding, Start, positions
+from blockspec_positional import rotary_width
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,24 @@ class Scaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     truncate: bool = True
+    short_factor: tuple[float, ...] = ()  # longrope: θ_i / short_factor[i] for calls ending at or before L0
+    long_factor: tuple[float, ...] = ()  # longrope: θ_i / long_factor[i] for calls ending past L0
 
-    def magnitude(self) -> float:
-        """What cos and sin are multiplied by: yarn's attention factor, 1 otherwise."""
-        if self.kind != "yarn":
+    def magnitude(self, context_length: int = 1) -> float:
+        """What cos and sin are multiplied by: yarn's or longrope's attention factor, 1 otherwise."""
+        if self.kind not in ("yarn", "longrope"):
             return 1.0
         if self.attention_factor is not None:
             return self.attention_factor
+        if self.kind == "longrope":  # transformers: factor = max_position_embeddings / original, as Phi-3 has it
+            stretch = context_length / self.original_context_length
+            return math.sqrt(1 + math.log(stretch) / math.log(self.original_context_length)) if stretch > 1 else 1.0
         return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
+
+    def long(self, end: int) -> bool:
+        """Whether a longrope call whose last position is end - 1 takes the long factors: transformers compares
+        max(position_ids) + 1, the cache included, with the original length."""
+        return self.kind == "longrope" and end > self.original_context_length
 
 
 def frequencies(dim: int, base: float) -> torch.Tensor:
@@ -80,8 +91,16 @@ def yarn_frequencies(theta: torch.Tensor, dim: int, base: float, scaling: Scalin
     return theta / scaling.factor * ramp + theta * (1 - ramp)
 
 
+def longrope_frequencies(theta: torch.Tensor, scaling: Scaling, end: int) -> torch.Tensor:
+    """LongRoPE (Phi-3.5): θ_i / factor_i, the long factors for a call ending past the original length."""
+    factors = scaling.long_factor if scaling.long(end) else scaling.short_factor
+    return theta / torch.tensor(factors, dtype=torch.float64)
+
+
 def scaled_frequencies(dim: int, base: float, scaling: Scaling, context_length: int, end: int) -> torch.Tensor:
-    """(dim/2,) float64 frequencies of a call whose last position is end - 1 (only dynamic looks at end)."""
+    """(dim/2,) float64 frequencies of a call whose last position is end - 1 (dynamic and longrope look at end)."""
+    if scaling.kind == "longrope":
+        return longrope_frequencies(frequencies(dim, base), scaling, end)
     if scaling.kind == "dynamic":
         return frequencies(dim, dynamic_base(base, dim, scaling, context_length, end))
     theta = frequencies(dim, base)
@@ -135,13 +154,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -
     return turn(x, full_width(cos, layout), full_width(sin, layout), layout)
 
 
-def rotary_width(head_dim: int, fraction: float) -> int:
-    """How many features of each head rotate: fraction·head_dim rounded down to an even number, at least 2."""
-    if fraction >= 1.0:
-        return head_dim
-    return max(2, 2 * int(fraction * head_dim / 2))
-
-
 class RotaryPositions(PositionalEncoding):
     """Rotates q and k so that q_m·k_n depends on m - n only; works at any position.
 
@@ -152,6 +164,8 @@ class RotaryPositions(PositionalEncoding):
     in transformers' cached decoding; uncached, every position of a call uses that call's frequencies,
     as a freshly loaded transformers model does (transformers then keeps the longest call's frequencies
     until a call within max_position_embeddings resets them; blockspec follows each call's own end).
+    LongRoPE too picks its set per call (``length_dependent``): a call ending at or before the original length
+    takes the short factors, one ending past it the long ones, both sets' tables kept, so no call recomputes.
     """
 
     rotates = True
@@ -162,18 +176,24 @@ class RotaryPositions(PositionalEncoding):
         self.head_dim, self.base, self.layout = head_dim, base, layout
         self.rotary_dim = rotary_width(head_dim, fraction)  # the first rotary_dim features of each head turn
         self.scaling, self.context_length = scaling, context_length
-        self.attention_factor = scaling.magnitude()
-        self.length_dependent = scaling.kind == "dynamic"
+        self.attention_factor = scaling.magnitude(context_length)
+        self.length_dependent = scaling.kind in ("dynamic", "longrope")
         # dynamic NTK's frequencies follow each call's end, which a tensor start would make per row: row by row
         self.tensor_positions = not self.length_dependent
         self.theta = scaled_frequencies(self.rotary_dim, base, scaling, context_length, context_length)  # float64
         cos, sin = self._full_tables(context_length)
         self.register_buffer("cos_full", cos, persistent=False)  # (context_length, rd)
         self.register_buffer("sin_full", sin, persistent=False)  # (context_length, rd)
+        # a call ending at or before switch_length takes the table's frequencies; past it, others (dynamic, longrope)
+        self.switch_length = scaling.original_context_length if scaling.kind == "longrope" else context_length
+        short = self.switch_length if scaling.kind == "longrope" and context_length > self.switch_length else 0
+        cos, sin = self._full_tables(short)  # longrope's short set, for calls ending within L0; else empty
+        self.register_buffer("cos_short", cos, persistent=False)  # (short, rd)
+        self.register_buffer("sin_short", sin, persistent=False)  # (short, rd)
 
     def frequencies(self, end: int) -> torch.Tensor:
         """(rd/2,) float64 θ_i for a call whose last position is end - 1."""
-        if self.length_dependent and end > self.context_length:
+        if self.scaling.kind == "longrope" or (self.length_dependent and end > self.context_length):
             return scaled_frequencies(self.rotary_dim, self.base, self.scaling, self.context_length, end)
         return self.theta
 
@@ -204,6 +224,8 @@ class RotaryPositions(PositionalEncoding):
     def full_tables(self, n_positions: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (N, rd) for positions start..start+N-1; past the cached table, computed on demand."""
         end = start + n_positions
+        if 0 < end <= self.cos_short.shape[0]:  # longrope, within its original length: the short set's rows
+            return self.cos_short[start:end], self.sin_short[start:end]
         if end <= self.cos_full.shape[0]:
             return self.cos_full[start:end], self.sin_full[start:end]
         cos, sin = self._full_tables(n_positions, start)

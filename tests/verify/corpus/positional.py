@@ -3,6 +3,7 @@ rope, sinusoidal, learned, ALiBi and the bucketed bias."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import blockspec_extras
@@ -13,7 +14,7 @@ from blockspec_extras import ALiBiConfig
 from blockspec_extras.alibi import ALiBi
 from blockspec_positional import LearnedConfig, NoneConfig, RopeConfig, SinusoidalConfig
 from blockspec_positional.learned import LearnedPositions
-from blockspec_positional.rope import RotaryPositions, full_width, rotary_angles, turn
+from blockspec_positional.rope import RotaryPositions, Scaling, frequencies, full_width, rotary_angles, turn
 from blockspec_positional.sinusoidal import SinusoidalPositions
 from torch import nn
 
@@ -169,6 +170,48 @@ CORPUS.mutant("positional", "rope_upcast", RopeConfig, rope_as(RopeUpcast), like
               bug="cos/sin never cast to q's dtype: past the cached table, half-precision q comes back float32")
 CORPUS.mutant("positional", "rope_scaling_dropped", RopeConfig, rope_as(RotaryPositions), like=ROPE,
               catches="rope_frequencies", bug="the scaling and its options are never passed to the encoder")
+
+
+# --- mutants of rope's longrope scaling (Phi-3.5): per-pair divisors, short set within the original length ------
+
+class LongropeSwitchAtOriginal(Scaling):
+    def long(self, end: int) -> bool:
+        return self.kind == "longrope" and end >= self.original_context_length  # BUG: >=, transformers has >
+
+
+class LongropeUnscaled(Scaling):
+    def magnitude(self, context_length: int = 1) -> float:
+        if self.kind == "longrope" and self.attention_factor is None:
+            return 1.0  # BUG: the default attention factor sqrt(1 + ln s / ln L0) derived for yarn only
+        return super().magnitude(context_length)
+
+
+class LongropeMultiplies(RotaryPositions):
+    def frequencies(self, end: int) -> torch.Tensor:
+        if self.scaling.kind != "longrope":
+            return super().frequencies(end)
+        factors = self.scaling.long_factor if self.scaling.long(end) else self.scaling.short_factor
+        return frequencies(self.rotary_dim, self.base) * torch.tensor(factors, dtype=torch.float64)  # BUG: * not /
+
+
+def longrope_as(cls: type = RotaryPositions, scaling: type = Scaling) -> object:
+    """build_rope (its checks and options), then the mutant's class or scaling in place of the real one."""
+
+    def build(config: RopeConfig, ctx: BuildContext) -> RotaryPositions:
+        built = blockspec_positional.build_rope(config, ctx)
+        return cls(ctx.model.head_dim, ctx.model.context_length, base=config.base, layout=config.layout,
+                   fraction=config.fraction, scaling=scaling(**dataclasses.asdict(built.scaling)))
+
+    return build
+
+
+CORPUS.mutant("positional", "longrope_switch_at_original", RopeConfig, longrope_as(scaling=LongropeSwitchAtOriginal),
+              like=ROPE, catches="rope_frequencies",
+              bug="longrope's long factors from a call ending at the original length, so its short table holds them")
+CORPUS.mutant("positional", "longrope_unscaled", RopeConfig, longrope_as(scaling=LongropeUnscaled), like=ROPE,
+              catches="rope_frequencies", bug="longrope's default attention factor left at 1 past the original length")
+CORPUS.mutant("positional", "longrope_multiplies", RopeConfig, longrope_as(LongropeMultiplies), like=ROPE,
+              catches="rope_frequencies", bug="longrope's θ_i times its factor instead of divided by it")
 
 
 # --- mutants of sinusoidal and learned ---------------------------------------------------------------

@@ -3,8 +3,12 @@
 Phi-3 is Llama's layer with blockspec's own fusions: ``qkv_proj`` is q|k|v and ``gate_up_proj``
 is gate|up, as blockspec's qkv and ffn.up, so every weight maps as it is. It adds a sliding
 window, partial RoPE (``partial_rotary_factor``, Phi-4-mini) and no biases anywhere. The long
-context variants' RoPE scaling, ``longrope`` (which Phi-3 also reads for 'su' and 'yarn'), has
-no blockspec equivalent and is refused by name.
+context variants' RoPE scaling, ``longrope`` (which Phi-3 also reads for 'su' and 'yarn'), imports as
+rope's ``scaling = "longrope"``; ``original_max_position_embeddings`` (Phi3Config's default 4096 when absent)
+is its original length. Each call takes the short or the long factors by where it ends, as transformers'
+forward does, so forward logits agree at every length. Cached decoding that starts within the original
+length and runs past it differs: transformers' generate drops its cache there and recomputes it with the
+long factors, while blockspec's cache keeps the keys turned by the short ones. Compare forward logits.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from blockspec.interop.families.gpt_neox import check_rotary_width
 from blockspec.interop.weight_map import Rule, same
 
 ARCHITECTURE = "Phi3ForCausalLM"
-LONGROPE = ("longrope", "su", "yarn")  # Phi3Config turns 'su' and 'yarn' into 'longrope'
+LONGROPE = {"su": "longrope", "yarn": "longrope"}  # Phi3Config turns 'su' and 'yarn' into 'longrope'
+ORIGINAL_DEFAULT = 4096  # Phi3Config.original_max_position_embeddings when config.json has none
 
 
 def _head_dim(model: dict[str, Any]) -> int | None:
@@ -36,30 +41,64 @@ def _fraction_key(r: ConfigReader) -> str:
 
 
 def _positional(r: ConfigReader, document: Document, title: str) -> None:
-    if _scaled(r):
+    if _refused(r):
         r.accept("rope_theta", "partial_rotary_factor")  # the rope is refused as a whole: no second problem
         document["positional"] = {"use": "rope"}
         return
-    positional = document["positional"] = rope(r)
+    if "longrope" in {_kind(r.table(key)) for key in ("rope_scaling", "rope_parameters")}:
+        _top_level_original(r)
+    positional = document["positional"] = rope(r, renamed=LONGROPE, longrope=True)
     llama_like.top_level_fraction(r, positional.get("fraction", 1.0))
     check_rotary_width(r, _fraction_key(r), _head_dim(document["model"]), positional.get("fraction", 1.0))
+    if positional.get("scaling") == "longrope":
+        _check_longrope(r, positional, _head_dim(document["model"]))
 
 
-def _scaled(r: ConfigReader) -> bool:
-    """Refuse the RoPE scaling types Phi3Config takes (longrope) or rejects (any other); True if any is set."""
-    kinds = {key: _kind(r.table(key)) for key in ("rope_scaling", "rope_parameters")}
-    for key, kind in kinds.items():
-        if kind in LONGROPE:
-            r.problem(f"{key}.rope_type", f"RoPE scaling {kind!r} (Phi-3 reads it as 'longrope') is not supported",
-                      "blockspec's rope has no longrope (per-frequency factors switched at a length)")
-        elif kind != "default":
+def _top_level_original(r: ConfigReader) -> None:
+    """Phi3Config's top-level original_max_position_embeddings (4096 when absent) replaces the rope table's:
+    a table's other value, without a top-level one, is refused at its key rather than silently replaced."""
+    if r.config.get("original_max_position_embeddings") is not None:
+        return
+    table = "rope_scaling" if r.table("rope_scaling") else "rope_parameters"
+    inside = (r.table(table) or {}).get("original_max_position_embeddings")
+    if inside is not None and inside != ORIGINAL_DEFAULT:
+        r.problem(f"{table}.original_max_position_embeddings", f"{inside!r}: Phi3Config replaces it with its "
+                  f"top-level original_max_position_embeddings, {ORIGINAL_DEFAULT} when config.json has none",
+                  "set the top-level original_max_position_embeddings to it")
+    r.config = {**r.config, "original_max_position_embeddings": inside if inside is not None else ORIGINAL_DEFAULT}
+
+
+def _check_longrope(r: ConfigReader, positional: dict[str, Any], head_dim: int | None) -> None:
+    """One factor per rotated pair (int(head_dim · fraction) / 2, as transformers checks), and an original
+    length of at least 2 (the attention factor divides by its log), refused at their config.json keys."""
+    table = "rope_scaling" if r.table("rope_scaling") else "rope_parameters"
+    pairs = int(head_dim * positional.get("fraction", 1.0)) // 2 if head_dim else None
+    for name in ("short_factor", "long_factor"):
+        found = len(positional.get(name, ()))
+        if pairs is not None and found not in (0, pairs):  # 0: missing, which the spec refuses by name
+            r.problem(f"{table}.{name}", f"{found} factors, expected {pairs} (one per rotated feature pair)")
+    original = positional.get("original_context_length")
+    said = any(p.path.endswith("original_max_position_embeddings") for p in r.problems)
+    if original is not None and original < 2 and not said:
+        r.problem("original_max_position_embeddings", f"{original}: longrope's attention factor divides by its "
+                  "log", "expected an integer >= 2")
+
+
+def _refused(r: ConfigReader) -> bool:
+    """Refuse the RoPE scaling types Phi3Config rejects (all but default, longrope, su and yarn); True if any."""
+    refused = False
+    for key in ("rope_scaling", "rope_parameters"):
+        kind = _kind(r.table(key))
+        if kind != "default" and LONGROPE.get(kind, kind) != "longrope":
+            refused = True
             r.problem(f"{key}.rope_type", f"RoPE scaling {kind!r} is not one Phi-3 has",
-                      "transformers' Phi-3 takes 'default' or 'longrope' only")
-    return set(kinds.values()) != {"default"}
+                      "transformers' Phi-3 takes 'default' or 'longrope' (also as 'su' or 'yarn') only")
+    return refused
 
 
 def _kind(table: dict[str, Any] | None) -> str:
-    return table.get("rope_type", table.get("type", "default")) if table else "default"
+    kind = table.get("rope_type", table.get("type", "default")) if table else "default"
+    return LONGROPE.get(kind, kind) if isinstance(kind, str) else "default"  # a non-string: rope() refuses it
 
 
 def _rope_json(spec: ModelSpec) -> dict[str, Any]:
@@ -68,11 +107,17 @@ def _rope_json(spec: ModelSpec) -> dict[str, Any]:
     return {**keys, "partial_rotary_factor": fraction} if fraction != 1.0 else keys
 
 
+def _original(spec: ModelSpec) -> int:
+    """longrope's original length, else the context length (which nothing reads then)."""
+    length = getattr(spec.positional.config, "original_context_length", None)
+    return length if getattr(spec.positional.config, "scaling", None) == "longrope" else spec.model.context_length
+
+
 TABLE = llama_like.BASE.but(
     llama_like.head_dim(always=False), llama_like.rms_norm_eps(1e-5), llama_like.sliding_window(None),
-    llama_like.rope_key(_positional, _rope_json, fraction=True),
-    # original_max_position_embeddings: read only by longrope, which _positional refuses
-    accepted("original_max_position_embeddings", lambda spec: spec.model.context_length),
+    llama_like.rope_key(_positional, _rope_json, fraction=True, longrope=True),
+    # original_max_position_embeddings: read only by longrope, as its original length
+    accepted("original_max_position_embeddings", lambda spec: _original(spec)),
     accepted("attention_bias", lambda spec: False),  # Phi3ForCausalLM builds no biases whatever it says
     # embedding and attention dropout: training only, blockspec's one rate is resid_pdrop
     mapped("resid_pdrop", "model.dropout", float, 0.0), folded_dropout("embd_pdrop"),

@@ -49,10 +49,12 @@ def perturb(module: torch.nn.Module, seed: int) -> None:
 
 def decodable_limit(module: torch.nn.Module, case: CacheCase) -> int | None:
     """How far cached decoding can agree with one call: a bounded table's end; for an encoder whose frequencies
-    follow the call's length (``length_dependent``: dynamic NTK RoPE, as transformers computes it), the context
-    length, past which a cached key keeps the frequencies of the call that stored it, by design."""
+    follow the call's length (``length_dependent``: dynamic NTK or longrope RoPE, as transformers computes
+    them), its ``switch_length`` (else the context length), past which a cached key keeps the frequencies of
+    the call that stored it, by design."""
     if getattr(module, "length_dependent", False):
-        return min(case.model.context_length, getattr(module, "max_positions", None) or case.model.context_length)
+        switch = getattr(module, "switch_length", None) or case.model.context_length
+        return min(switch, getattr(module, "max_positions", None) or switch)
     return getattr(module, "max_positions", None)
 
 
