@@ -5,7 +5,8 @@ A rule says how the blockspec tensor ``target`` is made of the Hugging Face tens
 1. the sources are concatenated along dim 0, in order (export splits by the recorded ``sizes``);
 2. with ``regroup = (a, b)``, dim 0 of that, seen as (a, b, rest), is reordered to (b, a, rest):
    GPT-NeoX keeps q, k, v per head, rows (heads, 3, head_dim), where blockspec's qkv is
-   (3, heads, head_dim);
+   (3, heads, head_dim); with ``reorder``, dim 0 seen as len(reorder) equal blocks takes them in that
+   order (Falcon's grouped q, q, ..., k, v per kv head -> blockspec's q | k | v);
 3. the result is transposed if ``transpose`` (GPT-2's Conv1D stores (in, out); for a stacked 3-D source,
    its last two dims);
 4. with ``interleave = dim``, the pairs Hugging Face interleaves along that dim (gpt-oss's gate_up:
@@ -30,6 +31,7 @@ class Rule:
     sizes: tuple[int, ...] = ()  # dim-0 size of each source's part of a group; () for one source per group
     transpose: bool = False
     regroup: tuple[int, int] | None = None  # (a, b): HF rows (a, b, rest) are blockspec rows (b, a, rest)
+    reorder: tuple[int, ...] = ()  # blockspec's dim-0 block j is HF's block reorder[j] (equal blocks); (): as is
     stack: int = 0  # > 0: that many groups of sources, stacked along a new dim 0
     interleave: int | None = None  # the dim (after any transpose) whose pairs HF interleaves and blockspec halves
 
@@ -58,6 +60,14 @@ def regrouped(target: str, source: str, groups: tuple[int, int]) -> Rule:
     return Rule(target=target, sources=(source,), regroup=groups)
 
 
+def reordered(target: str, source: str, order: Iterable[int]) -> Rule:
+    """One source whose equal dim-0 blocks blockspec takes in ``order`` (block j of blockspec's = order[j])."""
+    order = tuple(order)
+    if sorted(order) != list(range(len(order))):
+        raise ValueError(f"{target}: {order} is not an order of {len(order)} blocks")
+    return Rule(target=target, sources=(source,), reorder=order)
+
+
 def per_expert(target: str, sources: Iterable[Iterable[str]], sizes: Iterable[int] = ()) -> Rule:
     """Each expert's tensors (w1, w3 of one expert: a group), stacked along a new dim 0 by expert."""
     groups = [tuple(group) for group in sources]
@@ -83,11 +93,19 @@ def _swap_blocks(tensor: torch.Tensor, first: int, second: int) -> torch.Tensor:
     return blocks.transpose(0, 1).flatten(0, 2)  # (second·first·rest, ...)
 
 
+def _take_blocks(tensor: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    """Dim 0 seen as len(order) equal blocks -> those blocks in ``order``, flattened back."""
+    blocks = tensor.unflatten(0, (len(order), -1))  # (blocks, rows per block, ...)
+    return blocks[list(order)].flatten(0, 1)  # (rows, ...)
+
+
 def _build(rule: Rule, parts: list[torch.Tensor]) -> torch.Tensor:
     """One group's HF tensors -> its blockspec tensor (steps 1-3 of the module docstring)."""
     tensor = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
     if rule.regroup is not None:
         tensor = _swap_blocks(tensor, *rule.regroup)
+    if rule.reorder:
+        tensor = _take_blocks(tensor, rule.reorder)
     tensor = tensor.transpose(-2, -1) if rule.transpose else tensor  # Conv1D (in, out) -> Linear (out, in)
     return tensor if rule.interleave is None else _halves(tensor, rule.interleave)
 
@@ -96,6 +114,8 @@ def _unbuild(rule: Rule, tensor: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """One group's blockspec tensor -> its HF tensors: ``_build`` undone."""
     tensor = tensor if rule.interleave is None else _halves(tensor, rule.interleave, undo=True)
     tensor = tensor.transpose(-2, -1) if rule.transpose else tensor  # Linear (out, in) -> Conv1D (in, out)
+    if rule.reorder:
+        tensor = _take_blocks(tensor, tuple(sorted(range(len(rule.reorder)), key=rule.reorder.__getitem__)))
     if rule.regroup is not None:
         first, second = rule.regroup
         tensor = _swap_blocks(tensor, second, first)
@@ -108,7 +128,7 @@ def output_rows(rule: Rule, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
     ValueError for a rule whose sources do not each hold whole output rows (stacked experts, a transposed
     weight that is also split or regrouped)."""
-    if rule.stack or rule.interleave is not None or rule.transpose and (rule.sizes or rule.regroup):
+    if rule.stack or rule.interleave is not None or rule.transpose and (rule.sizes or rule.regroup or rule.reorder):
         raise ValueError("its Hugging Face tensors do not hold whole output rows of it")
     return _unbuild(evolve(rule, transpose=False), rows)
 

@@ -5,11 +5,11 @@ with one LayerNorm feeding both sublayers (``input_layernorm``: Falcon-7B; block
 ``shared_norm``), or, with ``new_decoder_architecture`` (Falcon-40B), parallel with ``ln_attn`` and ``ln_mlp``
 (``num_ln_in_parallel_attn`` 2, its default; 1 is the shared norm). One ``bias`` covers every linear.
 
-q, k and v are fused in ``query_key_value``. Its rows are, for one kv head (``multi_query``, or
-``num_kv_heads`` 1 in the new architecture), q of every head, then k, then v: blockspec's own layout; for as
-many kv heads as query heads, (heads, 3, head_dim), regrouped as GPT-NeoX's. The new architecture's grouped
-rows (kv heads, queries per kv head + 2, head_dim) with 1 < num_kv_heads < heads are refused: the weight map
-has no rule for them yet. ``alibi`` is refused: blockspec's attention has no ALiBi bias.
+q, k and v are fused in ``query_key_value``, its rows (kv heads, queries per kv head + 2, head_dim): for each kv
+head its queries, then its k, then its v, as FalconAttention splits them. One kv head (``multi_query``) is
+q of every head, then k, then v; one per head is (heads, 3, head_dim); Falcon-40B and 180B group 8. One rule
+(``qkv_order``) takes the blocks to blockspec's q | k | v for all three. The old architecture has one kv head
+or one per head only. ``alibi`` is refused: blockspec's attention has no ALiBi bias.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from blockspec.interop.config_table import (Document, Key, Table, fixed, folded_
                                             table_family, tied)
 from blockspec.interop.families import llama_like
 from blockspec.interop.families.gpt2 import activation_key
-from blockspec.interop.weight_map import Rule, regrouped, same
+from blockspec.interop.weight_map import Rule, reordered, same
 from blockspec.spec.schema import ModelSpec
 
 ARCHITECTURE = "FalconForCausalLM"
@@ -58,25 +58,38 @@ def _kv_heads(r: ConfigReader, new: bool, heads: int | None) -> int | None:
     if not new and kv != heads:
         r.problem("num_kv_heads", f"{kv} kv heads without multi_query", "transformers cannot build them: the old "
                   "architecture's query_key_value has one k and one v per head")
-    elif kv not in (1, heads):
-        r.problem("num_kv_heads", f"grouped kv heads ({kv} for {heads} heads) are not supported", "blockspec maps "
-                  "Falcon's fused query_key_value for 1 kv head or one per head only")
+    elif heads and kv and heads % kv:
+        r.problem("num_kv_heads", f"{kv} kv heads for {heads} heads", "expected a divisor of num_attention_heads")
     return kv
 
 
 def _write_layout(spec: ModelSpec) -> dict[str, Any]:
-    """The old architecture for a pre or shared-norm parallel block (Falcon-7B's), the new for two norms."""
-    kv, new = spec.model.kv_heads, spec.block.name == "parallel" and not spec.block.config.shared_norm
-    return {"new_decoder_architecture": new, "parallel_attn": spec.block.name == "parallel",
-            "num_ln_in_parallel_attn": 2 if new else None, "multi_query": kv == 1, "num_kv_heads": kv}
+    """The old architecture for a pre or shared-norm parallel block (Falcon-7B's), the new for two norms and
+    for grouped kv heads (which only it has: a shared-norm one then says num_ln_in_parallel_attn = 1)."""
+    kv, parallel = spec.model.kv_heads, spec.block.name == "parallel"
+    shared = parallel and spec.block.config.shared_norm
+    new = parallel and (not shared or kv not in (1, spec.model.n_heads))
+    return {"new_decoder_architecture": new, "parallel_attn": parallel,
+            "num_ln_in_parallel_attn": (1 if shared else 2) if new else None, "multi_query": kv == 1,
+            "num_kv_heads": kv}
 
 
 def _kv_misfits(spec: ModelSpec) -> list[str]:
     m = spec.model
-    if m.kv_heads in (1, m.n_heads):
+    if m.kv_heads in (1, m.n_heads) or spec.block.name == "parallel":
         return []
-    return [f"[model] n_kv_heads = {m.kv_heads}: blockspec maps Falcon's fused query_key_value for 1 kv head or "
-            "one per query head only"]
+    return [f"[model] n_kv_heads = {m.kv_heads} with block {spec.block.name!r}: Falcon groups kv heads only in its "
+            "new architecture, which is parallel"]
+
+
+def qkv_order(kv_heads: int, n_heads: int) -> tuple[int, ...]:
+    """Falcon's fused rows in blocks of head_dim (per kv head: its queries, its k, its v) -> blockspec's q of
+    every head, then k, then v, as the blocks to take in order."""
+    per_kv = n_heads // kv_heads
+    width = per_kv + 2
+    queries = [group * width + j for group in range(kv_heads) for j in range(per_kv)]
+    return tuple(queries + [g * width + per_kv for g in range(kv_heads)] + [g * width + per_kv + 1
+                                                                            for g in range(kv_heads)])
 
 
 def _accept_post_layernorm(r: ConfigReader, document: Document, title: str) -> None:
@@ -122,15 +135,14 @@ def rules(spec: ModelSpec) -> list[Rule]:
 
 
 def _layer(spec: ModelSpec, ours: str, theirs: str) -> list[Rule]:
-    """The layer's norms, its fused query_key_value (regrouped when it holds q, k, v per head), dense and MLP."""
+    """The layer's norms, its fused query_key_value (its blocks taken in ``qkv_order``), dense and MLP."""
     kind = "pre" if spec.block.name != "parallel" else "shared" if spec.block.config.shared_norm else "parallel"
     found = [rule for mine, hf in NORMS[kind]
              for rule in llama_like.norm_rules(spec, f"{ours}.{mine}", f"{theirs}.{hf}")]
-    per_head = spec.model.kv_heads != 1  # (heads, 3, head_dim) rows; one kv head: q, k, v already apart
+    order = qkv_order(spec.model.kv_heads, spec.model.n_heads)
     for p in ("weight", "bias") if spec.model.bias else ("weight",):
         qkv = f"{theirs}.self_attention.query_key_value.{p}"
-        found += [regrouped(f"{ours}.attn.qkv.{p}", qkv, (spec.model.n_heads, 3)) if per_head
-                  else same(f"{ours}.attn.qkv.{p}", qkv),
+        found += [reordered(f"{ours}.attn.qkv.{p}", qkv, order),
                   same(f"{ours}.attn.proj.{p}", f"{theirs}.self_attention.dense.{p}"),
                   same(f"{ours}.ffn.up.{p}", f"{theirs}.mlp.dense_h_to_4h.{p}"),
                   same(f"{ours}.ffn.down.{p}", f"{theirs}.mlp.dense_4h_to_h.{p}")]
