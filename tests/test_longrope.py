@@ -13,6 +13,7 @@ from .hf_parity import assert_close, check_family, ids_for, logits, structured, 
 
 import blockspec  # noqa: E402
 from blockspec import SpecError, structure_spec  # noqa: E402
+from blockspec.generation.tokens import generate, recompute_point  # noqa: E402
 from blockspec.interop import export_hf, import_hf  # noqa: E402
 from blockspec.interop.families import family_for, family_of_architecture  # noqa: E402
 from blockspec.testing import Case  # noqa: E402
@@ -186,3 +187,22 @@ def test_only_phi3_exports_longrope_and_the_others_say_why():
     assert "Phi3ForCausalLM" in family_for(spec).architectures
     llama = family_of_architecture("LlamaForCausalLM").misfits(spec)
     assert '[positional] scaling = "longrope": blockspec imports longrope for Phi-3 (phi3) only' in llama
+
+
+# ---------------------------------------------------------------- generation across the switch
+
+
+def test_cached_generation_across_the_original_length_equals_uncached_and_transformers(tmp_path, registry):
+    """A prompt within the original length, decoded past it: the step that first ends past it recomputes the
+    cache (the short factors' keys turned again by the long ones), as transformers' Phi-3 generate does, so
+    cached greedy decoding picks what uncached decoding and transformers pick, token for token."""
+    hf_model = tiny("Phi3", **SMALL, rope_parameters=longrope())  # 32 positions: the switch at 8, decoded to 29
+    hf_model.save_pretrained(tmp_path / "hf")
+    model = import_hf(tmp_path / "hf", registry=registry)
+    prompt = ids_for(hf_model, ORIGINAL - 3, batch=2)  # ends at position 4; decoding passes 8 at step 4
+    new = 3 * ORIGINAL
+    cached = generate(model, prompt, max_new_tokens=new, temperature=0.0)
+    uncached = generate(model, prompt, max_new_tokens=new, temperature=0.0, use_cache=False)
+    theirs = hf_model.generate(prompt, max_new_tokens=new, do_sample=False, min_new_tokens=new)  # prompt and new
+    assert torch.equal(cached, uncached) and torch.equal(cached, theirs)
+    assert recompute_point(model) == ORIGINAL

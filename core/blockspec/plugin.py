@@ -47,8 +47,9 @@ What is here:
 - Validators for config fields that name the field in errors: ``positive``, ``at_least``,
   ``greater_than``, ``in_range``, ``one_of``. ``OMIT_DEFAULT``: field metadata that keeps a field
   out of dumped specs while it holds its default (for options added after specs were written).
-  ``sized_by(entries)``: field metadata for a tuple option with ``entries(config, model)`` entries (one per
-  head, per rotated pair); the build checks it, and the kit fits the lists it draws to the drawn sizes.
+  ``sized_by(entries, per)``: field metadata for a tuple option with ``entries(config, model)`` entries (one
+  per head, per rotated pair); the assembler refuses another length at its key, and the kit fits the lists
+  it draws to the drawn sizes.
   ``FieldError(field, message)``: what they raise; raise it from ``__attrs_post_init__`` for a check that
   relates fields, and the spec's error names ``$.<kind>.<field>``.
 - ``ContextLengthError``: what a bounded positional encoder raises past its table.

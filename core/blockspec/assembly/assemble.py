@@ -18,6 +18,7 @@ from blockspec.errors import ArgumentTypeError, Problem, SpecError
 from blockspec.modules.transformer import Transformer
 from blockspec.registry.components import Component, Registry
 from blockspec.spec.schema import INIT_STD, ComponentSpec, InitConfig, ModelConfig, ModelSpec, estimate_parameters
+from blockspec.spec.validators import sized_mismatches
 
 __all__ = ["INIT_STD", "adapt", "build", "build_unfilled", "given_spec", "init_weights"]
 # Deferring init costs ~1 µs per torch call of the construction and saves the default init of
@@ -232,6 +233,10 @@ class _Assembler:
             raise SpecError(Problem(file=self.spec.source, path="$.model", message=(
                 f"{component.qualified_name} does not serve these sizes{where}: it serves {component.constraint}, "
                 f"found {_sizes(self.spec.model)}")))
+        sized = sized_mismatches(part.config, self.spec.model)  # lists with one entry per head, per pair, ...
+        if sized:
+            raise SpecError([Problem(file=self.spec.source, path=f"$.{part.kind}.{name}", message=message + where)
+                             for name, message in sized])
         try:
             module = component.build(part.config, ctx)
         except SpecError:  # a sublayer the component built through ctx.layer: reported at its own table

@@ -190,13 +190,14 @@ class _Live:
     cache: KVCache | None
     counts: TokenCounts
     generators: list[torch.Generator] | None
+    recompute_at: int | None = None  # the cache is recomputed when a step first ends past this (longrope)
 
     @classmethod
     def begin(cls, model: Transformer, ids: torch.Tensor, cache: KVCache | None, settings: _Settings) -> _Live:
         counts = TokenCounts.start(ids, settings.vocab_limit or model.embedding.num_embeddings,  # the penalties read
                                    padding=None if cache is None else cache.padding)
         return cls(rows=None, tokens=ids, step_input=_cropped(ids, settings.window), start=0, cache=cache,
-                   counts=counts, generators=settings.generator)
+                   counts=counts, generators=settings.generator, recompute_at=recompute_point(model))
 
     def logits(self, model: Transformer, decoder: StaticDecoder | None, last_only: bool) -> torch.Tensor:
         """The next token's logits (b, V) for every live row: the model's, or the static decoder's."""
@@ -217,7 +218,10 @@ class _Live:
         cache serves, else the (last) window recomputed."""
         token = (token if self.rows is None else token[self.rows])[:, None]  # (B,) -> (b, 1)
         self.tokens = torch.cat((self.tokens, token), dim=1)  # (b, N + t)
-        if self.cache is not None and (window is None or self.tokens.shape[1] <= window):
+        serves = self.cache is not None and (window is None or self.tokens.shape[1] <= window)
+        if serves and self.tokens.shape[1] - 1 == self.recompute_at:  # the step is the first to end past it
+            self.step_input, self.start = self.tokens, 0  # the whole sequence again, over the cache (a rewind)
+        elif serves:
             self.step_input, self.start = token, self.tokens.shape[1] - 1
         else:
             self.cache, self.step_input, self.start = None, _cropped(self.tokens, window), 0
@@ -235,6 +239,15 @@ class _Live:
             self.generators = [g for g, k in zip(self.generators, keep.tolist()) if k]
         if self.cache is not None:
             self.cache.keep_rows(kept)
+
+
+def recompute_point(model: Transformer) -> int | None:
+    """The first length past which a cached step recomputes the whole cache: an encoder's ``recompute_cache_at``
+    (longrope RoPE: the cached keys were turned by the short factors, every key of a call past it takes the long
+    ones); None when no encoder has one."""
+    points = [p for module in getattr(model, "positionals", ())
+              if (p := getattr(module, "recompute_cache_at", None)) is not None]
+    return min(points, default=None)
 
 
 def _check_memory(model: Transformer, ids: torch.Tensor, length: int, *, cached: bool, new_tokens: int) -> None:

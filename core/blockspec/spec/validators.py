@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import attrs
 from attrs import field, frozen
 
 from blockspec.errors import FieldError
@@ -109,8 +110,23 @@ OMIT_DEFAULT = {"blockspec.omit_default": True}
 SIZED_BY = "blockspec.sized_by"
 
 
-def sized_by(entries: Callable[[Any, Any], int]) -> dict[str, Any]:
+def sized_by(entries: Callable[[Any, Any], int], per: str = "entry") -> dict[str, Any]:
     """Field metadata for a tuple option with one entry per something of the model (a head, a rotated pair):
-    ``entries(config, model)`` is how many it needs. The build checks the length with the same function,
-    and the conformance kit fits the lists it draws to the model it draws (``field(metadata=sized_by(f))``)."""
-    return {SIZED_BY: entries}
+    ``entries(config, model)`` is how many it needs, ``per`` what one entry is for. The assembler refuses another
+    length at the option's key before the build, and the conformance kit fits the lists it draws to the model it
+    draws (``field(metadata=sized_by(f, "head"))``)."""
+    return {SIZED_BY: (entries, per)}
+
+
+def sized_mismatches(config: Any, model: Any) -> list[tuple[str, str]]:
+    """(field alias, message) for each set ``sized_by`` option whose length is not the one ``model`` needs."""
+    found = []
+    for attribute in attrs.fields(type(config)) if attrs.has(type(config)) else ():
+        sized, value = attribute.metadata.get(SIZED_BY), getattr(config, attribute.name)
+        if sized is None or not value:
+            continue
+        entries, per = sized
+        if len(value) != (wanted := entries(config, model)):
+            found.append((attribute.alias, f"expected {wanted} entries (one per {per}) for these sizes, "
+                                           f"found {len(value)}"))
+    return found

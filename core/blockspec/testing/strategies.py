@@ -158,8 +158,8 @@ def fit_to(config: Any, model: ModelConfig) -> Any:
     a per-head or per-pair list drawn before the sizes were known."""
     changes = {}
     for field in attrs.fields(type(config)):
-        entries, value = field.metadata.get(SIZED_BY), getattr(config, field.name)
-        if entries is not None and value and len(value) != (wanted := entries(config, model)):
+        sized, value = field.metadata.get(SIZED_BY), getattr(config, field.name)
+        if sized is not None and value and len(value) != (wanted := sized[0](config, model)):
             changes[field.name] = tuple(value[i % len(value)] for i in range(wanted))
     return attrs.evolve(config, **changes) if changes else config
 

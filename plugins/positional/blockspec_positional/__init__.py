@@ -11,7 +11,6 @@ from typing import Literal
 from attrs import field, frozen
 from attrs.validators import optional
 
-from blockspec.errors import Problem, SpecError
 from blockspec.plugin import (OMIT_DEFAULT, BuildContext, FieldError, ModelConfig, Register, at_least, greater_than,
                               hookimpl, in_range, positive, sized_by)
 
@@ -63,7 +62,7 @@ def rotary_pairs(config: RopeConfig, model: ModelConfig) -> int:
     return rotary_width(model.head_dim, config.fraction) // 2
 
 
-PER_PAIR = {**OMIT_DEFAULT, **sized_by(rotary_pairs)}  # field metadata: one entry per rotated pair
+PER_PAIR = {**OMIT_DEFAULT, **sized_by(rotary_pairs, "rotated feature pair")}  # checked by the assembler
 
 
 def _optional(*validators):
@@ -91,8 +90,8 @@ class RopeConfig:
     beta_slow 1.0, truncate true): NTK-by-parts, and cos and sin times attention_factor (scores times its square);
     "longrope" (short_factor, long_factor, original_context_length L0 >= 2, attention_factor
     sqrt(1 + ln(s)/ln(L0)) with s = context_length/L0, 1 when s <= 1): Phi-3.5's per-pair θ_i / factor_i, the
-    short factors for a call that ends at or before L0, the long ones past it (as dynamic: per call, so a KV
-    cache keeps the set of the call that stored a key), cos and sin times attention_factor. Each list holds
+    short factors for a call that ends at or before L0, the long ones past it (per call, as dynamic; generation
+    recomputes its cache at L0, as transformers' Phi-3 does), cos and sin times attention_factor. Each list holds
     one positive number per rotated pair (rotated width / 2).
     """
 
@@ -156,17 +155,6 @@ def _first_bad(factors: tuple[float, ...]) -> list[tuple[int, float]]:
     return [(i, v) for i, v in enumerate(factors) if not (math.isfinite(v) and v > 0)][:1]
 
 
-def longrope_length_error(config: RopeConfig, model: ModelConfig) -> Problem | None:
-    """A factor list whose length is not one per rotated pair, at its key; None when both fit."""
-    pairs = rotary_pairs(config, model)
-    for name in FACTOR_LISTS if config.scaling == "longrope" else ():
-        found = len(getattr(config, name))
-        if found != pairs:
-            return Problem(path=f"$.positional.{name}", message=f"expected {pairs} entries (one per rotated "
-                           f"feature pair: rotated width {2 * pairs} / 2), found {found}")
-    return None
-
-
 def build_learned(config: LearnedConfig, ctx: BuildContext):
     from .learned import LearnedPositions
 
@@ -190,9 +178,10 @@ def build_rope(config: RopeConfig, ctx: BuildContext):
 
     if ctx.model.head_dim % 2:
         raise ValueError(f"rope needs an even head_dim (d_model / n_heads or [model] head_dim), found {ctx.model.head_dim}")
-    problem = longrope_length_error(config, ctx.model)
-    if problem is not None:
-        raise SpecError(problem)
+    pairs = rotary_pairs(config, ctx.model)  # the assembler refuses other lengths at their keys; built directly:
+    if config.scaling == "longrope" and {len(config.short_factor), len(config.long_factor)} != {pairs}:
+        raise ValueError(f"longrope needs one short and one long factor per rotated pair ({pairs}), found "
+                         f"{len(config.short_factor)} and {len(config.long_factor)}")
     options = {name: getattr(config, name) for name in OPTIONS if is_set(config, name)}
     return RotaryPositions(ctx.model.head_dim, ctx.model.context_length, base=config.base, layout=config.layout,
                            fraction=config.fraction, scaling=Scaling(kind=config.scaling, **options))

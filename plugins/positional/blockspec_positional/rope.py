@@ -186,6 +186,9 @@ class RotaryPositions(PositionalEncoding):
         self.register_buffer("sin_full", sin, persistent=False)  # (context_length, rd)
         # a call ending at or before switch_length takes the table's frequencies; past it, others (dynamic, longrope)
         self.switch_length = scaling.original_context_length if scaling.kind == "longrope" else context_length
+        # longrope: generation that passes L0 with a cache of at most L0 positions recomputes the cache, so the
+        # keys the short factors turned are turned by the long ones, as transformers' Phi-3 generate does
+        self.recompute_cache_at = self.switch_length if scaling.kind == "longrope" else None
         short = self.switch_length if scaling.kind == "longrope" and context_length > self.switch_length else 0
         cos, sin = self._full_tables(short)  # longrope's short set, for calls ending within L0; else empty
         self.register_buffer("cos_short", cos, persistent=False)  # (short, rd)

@@ -6,9 +6,8 @@ window, partial RoPE (``partial_rotary_factor``, Phi-4-mini) and no biases anywh
 context variants' RoPE scaling, ``longrope`` (which Phi-3 also reads for 'su' and 'yarn'), imports as
 rope's ``scaling = "longrope"``; ``original_max_position_embeddings`` (Phi3Config's default 4096 when absent)
 is its original length. Each call takes the short or the long factors by where it ends, as transformers'
-forward does, so forward logits agree at every length. Cached decoding that starts within the original
-length and runs past it differs: transformers' generate drops its cache there and recomputes it with the
-long factors, while blockspec's cache keeps the keys turned by the short ones. Compare forward logits.
+forward does, so forward logits agree at every length; generation recomputes its cache at the switch, as
+transformers' generate does (the rope's ``recompute_cache_at``), so generated tokens agree too.
 """
 
 from __future__ import annotations
